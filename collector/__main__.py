@@ -1,0 +1,136 @@
+"""otel-gil-collector: trace the GIL of the Python processes that register with it.
+
+Runs as root (bcc compiles and loads an eBPF program). Apps register over a Unix
+socket with ``otel_gil``; each gets uprobes on its own pid only and a read-only
+shared-memory view of its own per-thread GIL figures.
+
+Examples:
+    sudo otel-gil-collector
+    sudo otel-gil-collector --socket /tmp/otel-gil.sock -v
+    sudo /usr/bin/python3 -m collector --socket /run/otel-gil/otel-gil.sock
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import signal
+import sys
+
+from otel_gil.environment_variables import DEFAULT_SOCKET
+
+_CAP_SYS_ADMIN, _CAP_PERFMON, _CAP_BPF = 21, 38, 39
+_BCC_PATHS = ("/usr/lib/python3/dist-packages", "/usr/lib64/python3/site-packages")
+
+
+class PreflightError(SystemExit):
+    """A missing prerequisite; the message says how to fix it."""
+
+
+def _effective_caps() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    return 0
+
+
+def _check_privileges() -> None:
+    caps = _effective_caps()
+    if os.geteuid() == 0 or caps & (1 << _CAP_SYS_ADMIN) or caps & (1 << _CAP_BPF) and caps & (1 << _CAP_PERFMON):
+        return
+    raise PreflightError("otel-gil-collector needs root (or CAP_BPF + CAP_PERFMON): run it with sudo")
+
+
+def _import_bcc() -> None:
+    """Import bcc, also from the system's dist-packages when run from a virtualenv."""
+    try:
+        import bcc  # noqa: F401
+        return
+    except ImportError:
+        pass
+    for path in _BCC_PATHS:
+        if os.path.isdir(os.path.join(path, "bcc")):
+            sys.path.append(path)
+            try:
+                import bcc  # noqa: F401
+                return
+            except ImportError:
+                sys.path.remove(path)
+    raise PreflightError(
+        "otel-gil-collector needs bcc's Python bindings: install them with "
+        "'sudo apt install python3-bpfcc' (Debian/Ubuntu) or 'sudo dnf install python3-bcc' (Fedora)"
+    )
+
+
+def _check_kernel() -> None:
+    release = platform.release()
+    if not (os.path.exists(f"/lib/modules/{release}/build") or os.path.exists("/sys/kernel/kheaders.tar.xz")):
+        raise PreflightError(
+            f"bcc needs the headers of kernel {release} and finds none: install them "
+            f"('sudo apt install linux-headers-{release}' or 'sudo dnf install kernel-devel-{release}'), "
+            f"or 'sudo modprobe kheaders'. Without a package for this kernel, install the nearest "
+            f"linux-headers-<version>-<flavour> and link /lib/modules/{release}/build to its "
+            f"/usr/src/linux-headers-<version>-<flavour> and /lib/modules/{release}/source to the matching -common dir"
+        )
+    if not os.path.exists("/sys/bus/event_source/devices/uprobe/type"):
+        raise PreflightError("this kernel has no uprobe support (CONFIG_UPROBE_EVENTS): otel-gil cannot trace the GIL")
+    if not os.path.exists("/sys/fs/bpf") and not os.path.exists("/proc/sys/kernel/unprivileged_bpf_disabled"):
+        raise PreflightError("this kernel has no BPF syscall (CONFIG_BPF_SYSCALL): otel-gil cannot trace the GIL")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="otel-gil-collector",
+        description=__doc__.split("\n\n")[0],
+        epilog="\n\n".join(__doc__.split("\n\n")[2:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--socket", default=DEFAULT_SOCKET, help=f"registration socket (default {DEFAULT_SOCKET})")
+    parser.add_argument(
+        "--max-threads", type=int, default=2048, help="thread slots per process (default 2048)"
+    )
+    parser.add_argument(
+        "--max-processes", type=int, default=1024, help="registered processes at once (default 1024)"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log every registration detail")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s otel-gil-collector %(levelname)s %(message)s",
+    )
+    if not 16 <= args.max_threads <= 65536 or not 1 <= args.max_processes <= 65536:
+        parser.error("--max-threads must be in 16..65536 and --max-processes in 1..65536")
+    try:
+        _check_privileges()
+        _import_bcc()
+        _check_kernel()
+        from collector.server import Server
+        from collector.tracer import Tracer
+
+        log = logging.getLogger("otel_gil.collector")
+        log.info("compiling the BPF program (a few seconds)...")
+        try:
+            tracer = Tracer(args.max_threads, args.max_processes)
+        except Exception as exc:
+            raise PreflightError(f"otel-gil-collector: loading the BPF program failed: {exc}") from None
+    except PreflightError as exc:
+        print(exc.code if isinstance(exc.code, str) else exc, file=sys.stderr)
+        return 2
+    server = Server(args.socket, tracer)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: server.stop())
+    log.info("listening on %s", args.socket)
+    try:
+        server.serve()
+    finally:
+        server.close()
+        tracer.close()
+        log.info("stopped: all probes detached")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

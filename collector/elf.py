@@ -1,0 +1,120 @@
+"""Function symbols of ELF files, as uprobe file offsets.
+
+A small reader of ELF64 little-endian headers, section headers, symbol tables
+and symbol versions: just what locating probes needs, fast enough to run on
+every registration, and bounds-checked because a process's files are input we
+do not trust (a container image can hold anything).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections import OrderedDict
+from dataclasses import dataclass
+
+_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
+_PHDR = struct.Struct("<IIQQQQQQ")
+_SHDR = struct.Struct("<IIQQQQIIQQ")
+_SYM = struct.Struct("<IBBHQQ")
+_SHT_SYMTAB, _SHT_DYNSYM, _SHT_GNU_VERSYM = 2, 11, 0x6FFFFFFF
+_STT_FUNC, _STT_GNU_IFUNC = 2, 10
+_PT_LOAD = 1
+_VERSYM_HIDDEN = 0x8000
+MACHINES = {62: "EM_X86_64", 183: "EM_AARCH64"}
+
+
+class ElfLookupError(Exception):
+    """The file is not a readable ELF64 little-endian object."""
+
+
+@dataclass(frozen=True)
+class Symbol:
+    name: str
+    address: int  # virtual address in the file (st_value)
+    offset: int  # file offset: what a uprobe attaches to
+    size: int
+
+
+@dataclass(frozen=True)
+class ElfInfo:
+    machine: str
+    has_symtab: bool
+    functions: dict[str, Symbol]  # .symtab functions, local ones included
+    dynamic: dict[str, Symbol]  # .dynsym functions, default symbol version only
+
+
+def _unpack(fmt: struct.Struct, data, offset: int) -> tuple:
+    if offset < 0 or offset + fmt.size > len(data):
+        raise ElfLookupError(f"truncated ELF (record at {offset:#x})")
+    return fmt.unpack_from(data, offset)
+
+
+def _cstr(data, offset: int) -> str:
+    end = data.find(b"\0", offset)
+    if offset >= len(data) or end < 0:
+        raise ElfLookupError("symbol name out of bounds")
+    return data[offset:end].decode("utf-8", "replace")
+
+
+def _parse(data) -> ElfInfo:
+    ident, _, machine, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, _ = _unpack(_EHDR, data, 0)
+    if ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
+        raise ElfLookupError("not an ELF64 little-endian file")
+    loads = []
+    for i in range(phnum):
+        p_type, _, p_offset, p_vaddr, _, _, p_memsz, _ = _unpack(_PHDR, data, phoff + i * phentsize)
+        if p_type == _PT_LOAD:
+            loads.append((p_vaddr, p_memsz, p_offset))
+    sections = [_unpack(_SHDR, data, shoff + i * shentsize) for i in range(shnum)]
+    versym = next((s for s in sections if s[1] == _SHT_GNU_VERSYM), None)
+
+    def table(kind: int) -> dict[str, Symbol]:
+        out: dict[str, Symbol] = {}
+        for sec in sections:
+            if sec[1] != kind or sec[6] >= len(sections):
+                continue
+            strtab = sections[sec[6]]
+            names = data[strtab[4] : strtab[4] + strtab[5]]
+            for i in range(sec[5] // _SYM.size):
+                st_name, st_info, _, st_shndx, st_value, st_size = _unpack(_SYM, data, sec[4] + i * _SYM.size)
+                if st_info & 0xF not in (_STT_FUNC, _STT_GNU_IFUNC) or not st_value or not st_shndx:
+                    continue
+                if kind == _SHT_DYNSYM and versym is not None:
+                    (ver,) = struct.unpack_from("<H", data, versym[4] + 2 * i) if versym[4] + 2 * i + 2 <= len(data) else (0,)
+                    if ver & _VERSYM_HIDDEN:
+                        continue  # a compat version (name@VER), not the one programs link to
+                name = _cstr(names, st_name)
+                for vaddr, memsz, off in loads:
+                    if vaddr <= st_value < vaddr + memsz:
+                        out.setdefault(name, Symbol(name, st_value, st_value - vaddr + off, st_size))
+                        break
+        return out
+
+    functions = table(_SHT_SYMTAB)
+    return ElfInfo(MACHINES.get(machine, f"EM_{machine}"), bool(functions), functions, table(_SHT_DYNSYM))
+
+
+_cache: OrderedDict[tuple[int, int, int, int], ElfInfo] = OrderedDict()
+_CACHE_SIZE = 32
+
+
+def load(path: str) -> ElfInfo:
+    """Symbols of the ELF file at ``path``, cached by file identity while it is unchanged."""
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            info = _cache.get(key)
+            if info is None:
+                with mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as data:
+                    info = _parse(data)
+                _cache[key] = info
+                if len(_cache) > _CACHE_SIZE:
+                    _cache.popitem(last=False)
+            return info
+    except (OSError, ValueError) as exc:
+        raise ElfLookupError(f"cannot read {path}: {exc}") from None
+    except ElfLookupError as exc:
+        raise ElfLookupError(f"{path}: {exc}") from None

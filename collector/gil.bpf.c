@@ -1,0 +1,220 @@
+/* GIL hand-off tracing for the processes registered with otel-gil-collector.
+ *
+ * Probes (all attached per registered pid, never host-wide, no uretprobe):
+ *   take_gil entry            bootstrap only: marks the thread until the GIL's
+ *                             two condition variables are learned, then detached
+ *   pthread_cond_signal       on gil->cond: release (drop_gil, even inlined);
+ *                             on gil->switch_cond: acquisition (take_gil)
+ *   pthread_cond_timedwait    on gil->cond: a contended wait starts
+ *   sched_process_exit        (raw tracepoint) a thread exits: fold its figures
+ *                             into the header and free its slot
+ *
+ * GIL_NSLOTS is set by the collector (-DGIL_NSLOTS=...).
+ */
+#include <uapi/linux/ptrace.h>
+#include "gil_layout.h"
+
+/* Template for the per-process slot arrays; every inner map has its shape. */
+BPF_F_TABLE("array", u32, struct gil_slot, slots_template, GIL_NSLOTS + 1, BPF_F_MMAPABLE);
+
+/* Registered tgid -> that process's slot array (the only pids we trace). */
+BPF_HASH_OF_MAPS(procs, u32, "slots_template", GIL_MAX_PROCS);
+
+static __always_inline struct gil_header *header_of(void *slots)
+{
+	u32 zero = 0;
+	return bpf_map_lookup_elem(slots, &zero);
+}
+
+/* The slot of tid, or NULL; never claims a free slot. */
+static __always_inline struct gil_slot *slot_find(void *slots, u32 tid)
+{
+	for (u32 i = 0; i < GIL_PROBE_LEN; i++) {
+		u32 idx = 1 + (tid + i) % GIL_NSLOTS;
+		struct gil_slot *s = bpf_map_lookup_elem(slots, &idx);
+		if (!s)
+			return NULL;
+		if (s->tid == tid)
+			return s;
+	}
+	return NULL;
+}
+
+/* The slot of tid, claiming and zeroing a free one on the thread's first event. */
+static __always_inline struct gil_slot *slot_get(void *slots, struct gil_header *h, u32 tid)
+{
+	u32 home = 1 + tid % GIL_NSLOTS;
+	struct gil_slot *s = bpf_map_lookup_elem(slots, &home);
+	if (s && s->tid == tid)
+		return s;
+	s = slot_find(slots, tid);
+	if (s)
+		return s;
+	for (u32 i = 0; i < GIL_PROBE_LEN; i++) {
+		u32 idx = 1 + (tid + i) % GIL_NSLOTS;
+		s = bpf_map_lookup_elem(slots, &idx);
+		if (!s)
+			break;
+		/* tid and flags share one 8-byte word: claim it only while both are 0. */
+		if (s->tid == 0 && __sync_val_compare_and_swap((u64 *)&s->tid, 0, tid) == 0) {
+			__sync_fetch_and_add(&s->seq, 1);
+			s->wait_ns = 0;
+			s->hold_ns = 0;
+			s->acquisitions = 0;
+			s->convoy_waits = 0;
+			s->long_waits = 0;
+			s->wait_start_ns = 0;
+			s->acquired_ns = 0;
+			__builtin_memset(s->hist, 0, sizeof(s->hist));
+			__sync_fetch_and_add(&s->seq, 1);
+			return s;
+		}
+	}
+	__sync_fetch_and_add(&h->slot_overflows, 1);
+	return NULL;
+}
+
+static __always_inline void on_release(struct gil_header *h, struct gil_slot *s, u32 tid, u64 now)
+{
+	__sync_fetch_and_add(&s->seq, 1);
+	if (s->acquired_ns) {
+		s->hold_ns += now - s->acquired_ns;
+		s->acquired_ns = 0;
+	}
+	__sync_fetch_and_add(&s->seq, 1);
+	h->last_release_tid = tid;
+}
+
+static __always_inline void on_acquire(struct gil_header *h, struct gil_slot *s, u64 now)
+{
+	__sync_fetch_and_add(&s->seq, 1);
+	if (s->wait_start_ns) {
+		u64 wait = now - s->wait_start_ns;
+		u32 bucket = bpf_log2l(wait);
+		if (bucket >= GIL_HIST_BUCKETS)
+			bucket = GIL_HIST_BUCKETS - 1;
+		s->hist[bucket & (GIL_HIST_BUCKETS - 1)]++;
+		s->wait_ns += wait;
+		if (wait >= h->convoy_ns)
+			s->convoy_waits++;
+		if (wait >= h->long_wait_ns) {
+			struct gil_long_wait *lw = &s->ring[s->long_waits & (GIL_RING_LEN - 1)];
+			lw->start_ns = s->wait_start_ns;
+			lw->end_ns = now;
+			lw->blocker_tid = h->last_release_tid;
+			s->long_waits++;
+		}
+		s->wait_start_ns = 0;
+	}
+	s->acquisitions++;
+	s->acquired_ns = now;
+	s->flags &= ~GIL_SLOT_IN_TAKE_GIL;
+	__sync_fetch_and_add(&s->seq, 1);
+}
+
+static __always_inline void on_wait(struct gil_slot *s, u64 now)
+{
+	if (s->wait_start_ns)
+		return;
+	__sync_fetch_and_add(&s->seq, 1);
+	s->wait_start_ns = now;
+	__sync_fetch_and_add(&s->seq, 1);
+}
+
+int take_gil_entry(struct pt_regs *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32, tid = (u32)id;
+	void *slots = procs.lookup(&tgid);
+	if (!slots)
+		return 0;
+	struct gil_header *h = header_of(slots);
+	if (!h || h->switch_cond)
+		return 0;
+	struct gil_slot *s = slot_get(slots, h, tid);
+	if (s)
+		s->flags |= GIL_SLOT_IN_TAKE_GIL;
+	return 0;
+}
+
+int cond_signal(struct pt_regs *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32, tid = (u32)id;
+	void *slots = procs.lookup(&tgid);
+	if (!slots)
+		return 0;
+	struct gil_header *h = header_of(slots);
+	if (!h)
+		return 0;
+	u64 cond = PT_REGS_PARM1(ctx);
+	if (h->switch_cond == 0) {
+		/* Learning: the first signal inside take_gil is on switch_cond. */
+		struct gil_slot *s = slot_find(slots, tid);
+		if (!s || !(s->flags & GIL_SLOT_IN_TAKE_GIL))
+			return 0;
+		h->gil_cond = cond - h->cond_stride;
+		h->switch_cond = cond;
+	}
+	if (cond != h->gil_cond && cond != h->switch_cond)
+		return 0;
+	struct gil_slot *s = slot_get(slots, h, tid);
+	if (!s)
+		return 0;
+	u64 now = bpf_ktime_get_ns();
+	if (cond == h->gil_cond)
+		on_release(h, s, tid, now);
+	else
+		on_acquire(h, s, now);
+	return 0;
+}
+
+int cond_timedwait(struct pt_regs *ctx)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32, tid = (u32)id;
+	void *slots = procs.lookup(&tgid);
+	if (!slots)
+		return 0;
+	struct gil_header *h = header_of(slots);
+	if (!h)
+		return 0;
+	u64 cond = PT_REGS_PARM1(ctx);
+	if (h->switch_cond == 0) {
+		/* Learning: a contended take_gil waits on gil->cond. */
+		struct gil_slot *s = slot_find(slots, tid);
+		if (!s || !(s->flags & GIL_SLOT_IN_TAKE_GIL))
+			return 0;
+		h->gil_cond = cond;
+		h->switch_cond = cond + h->cond_stride;
+	}
+	if (cond != h->gil_cond)
+		return 0;
+	struct gil_slot *s = slot_get(slots, h, tid);
+	if (s)
+		on_wait(s, bpf_ktime_get_ns());
+	return 0;
+}
+
+RAW_TRACEPOINT_PROBE(sched_process_exit)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32, tid = (u32)id;
+	void *slots = procs.lookup(&tgid);
+	if (!slots)
+		return 0;
+	struct gil_header *h = header_of(slots);
+	struct gil_slot *s = slot_find(slots, tid);
+	if (!h || !s)
+		return 0;
+	__sync_fetch_and_add(&h->exited_threads, 1);
+	__sync_fetch_and_add(&h->exited_wait_ns, s->wait_ns);
+	__sync_fetch_and_add(&h->exited_hold_ns, s->hold_ns);
+	__sync_fetch_and_add(&h->exited_acquisitions, s->acquisitions);
+	__sync_fetch_and_add(&h->exited_convoy_waits, s->convoy_waits);
+	__sync_fetch_and_add(&s->seq, 1);
+	s->flags = 0;
+	s->tid = 0;
+	__sync_fetch_and_add(&s->seq, 1);
+	return 0;
+}

@@ -1,0 +1,136 @@
+"""The BPF side: compile gil.bpf.c once, then give each registered process its own
+slot array and its own uprobes, and take both away again."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from collector.bpfsys import MmapableArray
+from collector.probes import Probe, ProbePlan
+from otel_gil import ring
+
+log = logging.getLogger("otel_gil.collector")
+_SRC = Path(__file__).with_name("gil.bpf.c")
+
+
+@dataclass
+class Traced:
+    """One registered process: its slot array and the uprobes attached for it."""
+
+    pid: int
+    plan: ProbePlan
+    slots: MmapableArray
+    view: ring.Ring  # read-only, like the client's
+    events: list[str] = field(default_factory=list)
+    bootstrap: list[str] = field(default_factory=list)
+    registered_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def learned(self) -> bool:
+        return bool(self.view.header.switch_cond)
+
+
+class Tracer:
+    """Owns the bcc program; not thread-safe (the server calls it from one thread)."""
+
+    def __init__(self, max_threads: int, max_processes: int) -> None:
+        from bcc import BPF  # imported late: the preflight checks explain a missing bcc
+
+        self.nslots = max_threads
+        self.max_processes = max_processes
+        self._bpf = BPF(
+            src_file=str(_SRC),
+            cflags=[
+                f"-I{_SRC.parent}",
+                f"-DGIL_NSLOTS={max_threads}",
+                f"-DGIL_MAX_PROCS={max_processes}",
+            ],
+        )
+        self._procs = self._bpf["procs"]
+        self._fns = {
+            name: self._bpf.load_func(name.encode(), BPF.KPROBE).fd
+            for name in ("take_gil_entry", "cond_signal", "cond_timedwait")
+        }
+        self.traced: dict[int, Traced] = {}
+        self._uprobes: dict[str, int] = {}  # event name -> perf event fd
+
+    def add(self, pid: int, plan: ProbePlan, long_wait_ns: int, convoy_ns: int) -> Traced:
+        """Create ``pid``'s slot array, publish it to the BPF side, attach its probes."""
+
+        def init(address: int) -> None:
+            h = ring.Header.from_address(address)
+            h.magic, h.layout_version, h.slot_size = ring.MAGIC, ring.LAYOUT_VERSION, ring.SLOT_SIZE
+            h.nslots, h.clock_id, h.pid = self.nslots, ring.CLOCK_MONOTONIC, pid
+            h.cond_stride, h.long_wait_ns, h.convoy_ns = plan.cond_stride, long_wait_ns, convoy_ns
+
+        slots = MmapableArray(f"otelgil_{pid}", ring.SLOT_SIZE, self.nslots + 1, init)
+        try:
+            view = ring.Ring.map_fd(slots.fd, slots.size)
+        except BaseException:
+            slots.close()
+            raise
+        traced = Traced(pid, plan, slots, view)
+        try:
+            self._procs[ctypes.c_uint(pid)] = ctypes.c_int(slots.fd)
+            for probe in plan.probes:
+                name = self._attach(pid, probe)
+                traced.events.append(name)
+                if probe.bootstrap:
+                    traced.bootstrap.append(name)
+        except Exception:
+            self._release(traced)
+            raise
+        self.traced[pid] = traced
+        return traced
+
+    def _attach(self, pid: int, probe: Probe) -> str:
+        from bcc import lib
+
+        name = f"p_otelgil_{pid}_{probe.handler}_{probe.offset:x}".encode()
+        fd = lib.bpf_attach_uprobe(self._fns[probe.handler], 0, name, probe.path.encode(), probe.offset, pid)
+        if fd < 0:
+            raise OSError(f"uprobe {probe.handler} at {probe.path}+{probe.offset:#x} failed to attach")
+        self._uprobes[name.decode()] = fd
+        return name.decode()
+
+    def _detach(self, name: str) -> None:
+        from bcc import lib
+
+        fd = self._uprobes.pop(name, None)
+        if fd is not None and lib.bpf_close_perf_event_fd(fd) < 0:
+            log.warning("closing uprobe %s failed", name)
+
+    def finish_bootstrap(self) -> None:
+        """Detach bootstrap probes of processes whose condition variables are learned."""
+        for traced in self.traced.values():
+            if traced.bootstrap and traced.learned:
+                for name in traced.bootstrap:
+                    self._detach(name)
+                    traced.events.remove(name)
+                traced.bootstrap.clear()
+                log.info("pid %d: GIL located, tracing every hand-off", traced.pid)
+
+    def remove(self, pid: int) -> None:
+        traced = self.traced.pop(pid, None)
+        if traced is not None:
+            self._release(traced)
+
+    def _release(self, traced: Traced) -> None:
+        for name in traced.events:
+            self._detach(name)
+        traced.events.clear()
+        try:
+            del self._procs[ctypes.c_uint(traced.pid)]
+        except KeyError:
+            pass
+        traced.slots.close()  # the map lives on while the client still maps it
+
+    def close(self) -> None:
+        for pid in list(self.traced):
+            self.remove(pid)
+        self._bpf.cleanup()

@@ -1,0 +1,165 @@
+"""Registration with the collector, kept alive across collector restarts and fork().
+
+A daemon thread connects, says hello, maps the ring it gets back, then blocks
+on the socket: end-of-file means the collector went away, so it retries with
+backoff. Nothing here runs on a request's path; the span hooks only read
+``Registration.ring`` and ``Registration.status``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import threading
+from typing import Optional
+
+from otel_gil import protocol
+from otel_gil.environment_variables import DEFAULT_SOCKET, OTEL_GIL_SOCKET
+from otel_gil.ring import LayoutError, Ring
+
+log = logging.getLogger("otel_gil")
+
+PENDING = "pending"
+REGISTERED = "ok"
+NO_COLLECTOR = "no_collector"
+_PERMANENT = {protocol.UNSUPPORTED_INTERPRETER, protocol.GIL_DISABLED, protocol.UNSUPPORTED_VERSION}
+_REPLY_TIMEOUT_S = 30.0
+_BACKOFF_S = (0.5, 30.0)
+
+
+class Registration:
+    """This process's link to the collector. ``ring`` is None unless ``status == "ok"``."""
+
+    def __init__(self, socket_path: Optional[str] = None, long_wait_ns: int = 1_000_000) -> None:
+        self.socket_path = socket_path or os.environ.get(OTEL_GIL_SOCKET) or DEFAULT_SOCKET
+        self.long_wait_ns = long_wait_ns
+        self.ring: Optional[Ring] = None
+        self.status = PENDING
+        self.detail = ""
+        self.generation = 0  # bumped whenever the ring changes, so cached slot indexes expire
+        self._logged: set[str] = set()
+        self._lock = threading.Lock()
+        self._settled = threading.Event()
+        self._stop = threading.Event()
+        self._sock: Optional[socket.socket] = None
+        self._thread: Optional[threading.Thread] = None
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._after_fork)
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="otel-gil-registrar", daemon=True)
+            self._thread.start()
+
+    def wait(self, timeout: float) -> bool:
+        """Block until the first attempt ended (registered or not); False on timeout."""
+        return self._settled.wait(timeout)
+
+    def stop(self) -> None:
+        self._stop.set()
+        sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._set(None, PENDING, "")
+
+    def _after_fork(self) -> None:
+        # The child has the parent's socket and ring but not its thread, and a new pid.
+        self._lock = threading.Lock()
+        if self._sock is not None:
+            try:
+                self._sock.detach()  # leave the parent's connection open for the parent
+            except OSError:
+                pass
+            self._sock = None
+        self.ring = None
+        self.status = PENDING
+        self.generation += 1
+        self._settled = threading.Event()
+        self._thread = None
+        if not self._stop.is_set():
+            self.start()
+
+    def _set(self, ring: Optional[Ring], status: str, detail: str) -> None:
+        with self._lock:
+            self.ring = ring
+            self.status, self.detail = status, detail
+            self.generation += 1
+        if status != REGISTERED and status not in self._logged and status != PENDING:
+            self._logged.add(status)
+            log.warning("otel-gil: no GIL figures (%s): %s", status, detail)
+
+    def _run(self) -> None:
+        delay = _BACKOFF_S[0]
+        while not self._stop.is_set():
+            permanent = self._attempt()
+            self._settled.set()
+            if permanent or self._stop.is_set():
+                return
+            if self.status == REGISTERED:
+                self._hold_connection()
+                delay = _BACKOFF_S[0]
+                continue
+            self._stop.wait(delay)
+            delay = min(delay * 2, _BACKOFF_S[1])
+
+    def _attempt(self) -> bool:
+        """One registration; True when retrying cannot help."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sock.settimeout(_REPLY_TIMEOUT_S)
+        try:
+            sock.connect(self.socket_path)
+            protocol.send(
+                sock,
+                {
+                    "op": "hello",
+                    "python": sys.version.split()[0],
+                    "executable": sys.executable[:256],
+                    "long_wait_ns": self.long_wait_ns,
+                    "convoy_ns": int(sys.getswitchinterval() * 1e9),
+                },
+            )
+            reply, fds = protocol.receive(sock, max_fds=1)
+        except (OSError, protocol.ProtocolError) as exc:
+            sock.close()
+            self._set(None, NO_COLLECTOR, f"cannot register with the collector at {self.socket_path}: {exc}")
+            return False
+        if not reply.get("ok"):
+            sock.close()
+            code = str(reply.get("error", protocol.INTERNAL))[:64]
+            self._set(None, code, str(reply.get("message", ""))[:512])
+            return code in _PERMANENT
+        try:
+            if len(fds) != 1 or not isinstance(reply.get("size"), int):
+                raise protocol.ProtocolError("ok reply without a ring")
+            ring = Ring.map_fd(fds[0], reply["size"])
+        except (OSError, LayoutError, protocol.ProtocolError) as exc:
+            sock.close()
+            self._set(None, protocol.INTERNAL, f"cannot map the GIL ring: {exc}")
+            return isinstance(exc, LayoutError)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self._sock = sock
+        self._set(ring, REGISTERED, "")
+        log.info("otel-gil: registered with the collector at %s", self.socket_path)
+        return False
+
+    def _hold_connection(self) -> None:
+        """Block until the collector hangs up (restart, crash), then drop the stale ring."""
+        sock = self._sock
+        sock.settimeout(None)
+        try:
+            while sock.recv(protocol.MAX_MESSAGE):
+                pass
+        except OSError:
+            pass
+        sock.close()
+        self._sock = None
+        if not self._stop.is_set():
+            self._logged.discard(NO_COLLECTOR)
+            self._set(None, NO_COLLECTOR, "the collector went away; re-registering when it is back")

@@ -1,0 +1,12 @@
+"""Environment variables that configure otel_gil (all optional)."""
+
+OTEL_GIL_SOCKET = "OTEL_GIL_SOCKET"
+"""Path of the collector's registration socket (default /run/otel-gil/otel-gil.sock)."""
+
+OTEL_GIL_LONG_WAIT_MS = "OTEL_GIL_LONG_WAIT_MS"
+"""Waits at least this long become ``gil.wait`` span events (default 1)."""
+
+OTEL_GIL_REGISTER_TIMEOUT_S = "OTEL_GIL_REGISTER_TIMEOUT_S"
+"""How long ``instrument()`` waits for the first registration before going on (default 2)."""
+
+DEFAULT_SOCKET = "/run/otel-gil/otel-gil.sock"

@@ -1,0 +1,72 @@
+"""GilInstrumentor: the BaseInstrumentor that wires otel_gil into a TracerProvider."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Collection, Optional
+
+import wrapt
+from opentelemetry import trace
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+from opentelemetry.instrumentation.utils import unwrap
+from opentelemetry.sdk.trace import Span
+
+from otel_gil.client import Registration
+from otel_gil.environment_variables import OTEL_GIL_LONG_WAIT_MS, OTEL_GIL_REGISTER_TIMEOUT_S
+from otel_gil.package import _instruments
+from otel_gil.spans import GilSpanProcessor, end_wrapper
+
+log = logging.getLogger("otel_gil")
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        log.warning("otel-gil: ignoring %s=%r (not a number); using %s", name, raw, default)
+        return default
+
+
+class GilInstrumentor(BaseInstrumentor):
+    """Puts GIL wait and hold time on every span.
+
+    Kwargs of ``instrument()``: ``tracer_provider`` (default: the global one, which
+    must be the SDK's), ``socket_path`` (default ``$OTEL_GIL_SOCKET``),
+    ``long_wait_ms`` and ``register_timeout_s`` (defaults from the environment).
+    """
+
+    _registration: Optional[Registration] = None
+    _processor: Optional[GilSpanProcessor] = None
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return _instruments
+
+    def _instrument(self, **kwargs) -> None:
+        provider = kwargs.get("tracer_provider") or trace.get_tracer_provider()
+        if not hasattr(provider, "add_span_processor"):
+            log.warning(
+                "otel-gil: the tracer provider is %s, not the OpenTelemetry SDK's: no GIL figures on spans",
+                type(provider).__name__,
+            )
+            return
+        long_wait_ms = kwargs.get("long_wait_ms", _env_float(OTEL_GIL_LONG_WAIT_MS, 1.0))
+        timeout = kwargs.get("register_timeout_s", _env_float(OTEL_GIL_REGISTER_TIMEOUT_S, 2.0))
+        registration = Registration(kwargs.get("socket_path"), int(long_wait_ms * 1e6))
+        registration.start()
+        processor = GilSpanProcessor(registration)
+        provider.add_span_processor(processor)
+        wrapt.wrap_function_wrapper(Span, "end", end_wrapper)
+        GilInstrumentor._registration, GilInstrumentor._processor = registration, processor
+        registration.wait(timeout)
+
+    def _uninstrument(self, **kwargs) -> None:
+        unwrap(Span, "end")
+        if self._processor is not None:
+            self._processor.enabled = False  # the SDK has no remove_span_processor
+        if self._registration is not None:
+            self._registration.stop()
+        GilInstrumentor._registration = GilInstrumentor._processor = None

@@ -1,0 +1,1 @@
+_instruments: tuple[str, ...] = ()  # otel_gil instruments the interpreter, not a library

@@ -1,0 +1,177 @@
+"""GIL figures on spans: a snapshot of the thread's slot when a span starts, the
+difference when it ends, set as attributes and events before the span freezes."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Optional
+
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+
+from otel_gil import ring as ringlib
+from otel_gil.client import REGISTERED, Registration
+
+log = logging.getLogger("otel_gil")
+
+_SNAPSHOT_ATTR = "_otel_gil_start"
+CROSS_THREAD = "cross_thread"
+COLLECTOR_CHANGED = "collector_changed"
+_local = threading.local()
+
+
+class _Start:
+    """What a span needs at its end: where it started and the counters then."""
+
+    __slots__ = ("registration", "ring", "generation", "tid", "index", "mono_ns", "counters", "status")
+
+    def __init__(self, registration, ring, generation, tid, index, mono_ns, counters, status) -> None:
+        self.registration = registration
+        self.ring = ring
+        self.generation = generation
+        self.tid = tid
+        self.index = index
+        self.mono_ns = mono_ns
+        self.counters = counters
+        self.status = status
+
+
+def _thread_tid(generation: int) -> list:
+    """[generation, tid, slot index hint] cached per thread; reset when the ring or pid changes."""
+    cache = getattr(_local, "cache", None)
+    if cache is None or cache[0] != generation:
+        cache = _local.cache = [generation, threading.get_native_id(), -1]
+    return cache
+
+
+def _read(ring: ringlib.Ring, cache: list, now: int) -> ringlib.Counters:
+    index = ring.find(cache[1], cache[2])
+    if index < 0:
+        return ringlib.ZERO  # no GIL hand-off on this thread since registration
+    cache[2] = index
+    return ringlib.counters(ring.slot(index), now)
+
+
+def snapshot(registration: Registration) -> _Start:
+    ring, generation, status = registration.ring, registration.generation, registration.status
+    cache = _thread_tid(generation)
+    now = time.monotonic_ns()
+    if ring is None or status != REGISTERED:
+        return _Start(registration, None, generation, cache[1], -1, now, ringlib.ZERO, status)
+    counters = _read(ring, cache, now)
+    return _Start(registration, ring, generation, cache[1], cache[2], now, counters, status)
+
+
+def _thread_names() -> dict[int, str]:
+    return {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+
+
+def _thread_name(tid: int, names: dict[int, str]) -> Optional[str]:
+    name = names.get(tid)
+    if name is None:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read().strip() or None
+        except OSError:
+            pass
+    return name
+
+
+def figures(start: _Start) -> tuple[dict, list[tuple[str, dict, int]]]:
+    """Attributes and ``(name, attributes, timestamp)`` events for a span ending now."""
+    thread = threading.current_thread()
+    attrs: dict = {"thread.name": thread.name}
+    reg, ring = start.registration, start.ring
+    if ring is None:
+        attrs["gil.status"] = start.status
+        attrs["thread.id"] = start.tid
+        return attrs, []
+    cache = _thread_tid(start.generation)
+    attrs["thread.id"] = cache[1]
+    if cache[1] != start.tid:
+        attrs["gil.status"] = CROSS_THREAD
+        return attrs, []
+    if reg.ring is not ring:
+        attrs["gil.status"] = reg.status if reg.status != REGISTERED else COLLECTOR_CHANGED
+        return attrs, []
+    now = time.monotonic_ns()
+    end = _read(ring, cache, now)
+    begin = start.counters
+    duration = max(now - start.mono_ns, 1)
+    wait = end.wait_ns - begin.wait_ns
+    hold = end.hold_ns - begin.hold_ns
+    attrs.update(
+        {
+            "gil.wait_ms": round(wait / 1e6, 3),
+            "gil.hold_ms": round(hold / 1e6, 3),
+            "gil.wait_ratio": round(wait / duration, 4),
+            "gil.hold_ratio": round(hold / duration, 4),
+            "gil.acquisitions": end.acquisitions - begin.acquisitions,
+            "gil.convoy_waits": end.convoy_waits - begin.convoy_waits,
+        }
+    )
+    events = []
+    if end.long_waits > begin.long_waits and cache[2] >= 0:
+        waits, dropped = ringlib.long_waits_since(ring.slot(cache[2]), begin.long_waits)
+        if dropped:
+            attrs["gil.long_waits_dropped"] = dropped
+        names = _thread_names()
+        wall_minus_mono = time.time_ns() - now
+        for w in waits:
+            if w.start_ns < start.mono_ns or w.end_ns > now:
+                continue
+            event = {"gil.wait_ms": round((w.end_ns - w.start_ns) / 1e6, 3), "gil.blocker.thread.id": w.blocker_tid}
+            blocker = _thread_name(w.blocker_tid, names)
+            if blocker is not None:
+                event["gil.blocker.thread.name"] = blocker
+            events.append(("gil.wait", event, w.start_ns + wall_minus_mono))
+    return attrs, events
+
+
+class GilSpanProcessor(SpanProcessor):
+    """Snapshots the thread's GIL counters as each span starts (figures land at ``Span.end``)."""
+
+    def __init__(self, registration: Registration) -> None:
+        self.registration = registration
+        self.enabled = True
+
+    def on_start(self, span: Span, parent_context=None) -> None:
+        if not self.enabled:
+            return
+        try:
+            setattr(span, _SNAPSHOT_ATTR, snapshot(self.registration))
+        except Exception:  # never let a span hook break the app
+            _log_once("otel-gil: reading the GIL ring failed at span start")
+
+    def on_end(self, span: ReadableSpan) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        self.enabled = False
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def end_wrapper(wrapped, instance: Span, args, kwargs):
+    """``wrapt`` wrapper of ``Span.end``: figures go on while the span is still writable."""
+    start = getattr(instance, _SNAPSHOT_ATTR, None)
+    if start is not None and instance.end_time is None:
+        try:
+            attrs, events = figures(start)
+            instance.set_attributes(attrs)
+            for name, attributes, timestamp in events:
+                instance.add_event(name, attributes, timestamp)
+        except Exception:
+            _log_once("otel-gil: computing the GIL figures of a span failed")
+    return wrapped(*args, **kwargs)
+
+
+_logged: set[str] = set()
+
+
+def _log_once(message: str) -> None:
+    if message not in _logged:
+        _logged.add(message)
+        log.exception(message)

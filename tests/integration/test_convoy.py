@@ -1,0 +1,26 @@
+"""The convoy effect (Beazley, CPython issue 7946) made visible.
+
+An I/O thread whose reads never block still releases the GIL on each one, and
+must then wait for a CPU-bound thread to be forced off it: the switch interval.
+"""
+
+import statistics
+
+from conftest import run_scenario, span
+
+
+def test_io_thread_waits_the_switch_interval(collector):
+    report = run_scenario("convoy", collector.socket, "--reads", "100")
+    io = span(report, "io")
+    attrs = io["attributes"]
+    interval_ms = report["truth"]["switch_interval_ms"]
+    assert attrs["gil.convoy_waits"] >= 10, attrs
+    assert attrs["gil.acquisitions"] >= 100, attrs
+    per_wait = attrs["gil.wait_ms"] / attrs["gil.convoy_waits"]
+    assert interval_ms <= per_wait <= interval_ms * 1.3, attrs
+    waits = [e["attributes"]["gil.wait_ms"] for e in io["events"]]
+    assert waits, io
+    assert interval_ms <= statistics.median(waits) <= interval_ms * 1.3, waits
+    blockers = [e["attributes"]["gil.blocker.thread.name"] for e in io["events"]]
+    assert blockers.count("cpu-bound") >= 0.8 * len(blockers), blockers  # the main thread may start it
+    assert attrs["gil.wait_ratio"] > 0.5, attrs

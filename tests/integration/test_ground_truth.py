@@ -1,0 +1,71 @@
+"""GIL figures on spans against ground truth, measured by the real collector.
+
+The hog holds the GIL through ctypes.PyDLL (which never releases it) for known
+bursts; the victim is woken by the hog right before each burst, so it waits for
+the whole burst. Tolerance: 5 % or 0.5 ms, whichever is larger.
+"""
+
+import pytest
+
+from conftest import run_scenario, span
+
+BURSTS, BURST_MS = 10, 50
+
+
+def within(measured: float, truth: float, rel: float = 0.05, abs_ms: float = 0.5) -> bool:
+    return abs(measured - truth) <= max(rel * truth, abs_ms)
+
+
+@pytest.fixture(scope="module")
+def report(collector):
+    return run_scenario("hog", collector.socket, "--bursts", str(BURSTS), "--burst-ms", str(BURST_MS))
+
+
+def test_victim_wait_matches_the_bursts(report):
+    victim = span(report, "victim")["attributes"]
+    truth_ms = report["truth"]["victim_wait_ns"] / 1e6
+    assert within(victim["gil.wait_ms"], truth_ms), (victim, truth_ms)
+    assert victim["gil.convoy_waits"] == BURSTS
+
+
+def test_victim_holds_little(report):
+    victim = span(report, "victim")
+    assert victim["attributes"]["gil.hold_ms"] < 0.02 * BURSTS * BURST_MS, victim
+    assert victim["attributes"]["gil.acquisitions"] >= BURSTS
+
+
+def test_ratios_are_figures_over_span_duration(report):
+    victim = span(report, "victim")
+    attrs = victim["attributes"]
+    duration_ms = victim["duration_ns"] / 1e6
+    assert within(attrs["gil.wait_ratio"], attrs["gil.wait_ms"] / duration_ms, rel=0.02, abs_ms=0.005)
+    assert 0.5 < attrs["gil.wait_ratio"] <= 1.0
+
+
+def test_hog_holds_for_its_bursts(report):
+    hog = span(report, "hog")["attributes"]
+    truth_ms = sum(report["truth"]["bursts_ns"]) / 1e6
+    assert within(hog["gil.hold_ms"], truth_ms), (hog, truth_ms)
+    assert hog["gil.wait_ms"] < 0.05 * truth_ms
+    assert hog["thread.name"] == "gil-hog"
+
+
+def test_long_waits_name_the_blocker(report):
+    victim = span(report, "victim")
+    events = victim["events"]
+    assert len(events) == BURSTS
+    hog_tid = span(report, "hog")["attributes"]["thread.id"]
+    for event in events:
+        assert event["name"] == "gil.wait"
+        attrs = event["attributes"]
+        assert attrs["gil.blocker.thread.id"] == hog_tid
+        assert attrs["gil.blocker.thread.name"] == "gil-hog"
+        assert within(attrs["gil.wait_ms"], BURST_MS, rel=0.05)
+    assert sum(e["attributes"]["gil.wait_ms"] for e in events) <= victim["attributes"]["gil.wait_ms"] + 0.01
+
+
+def test_thread_attributes_follow_semantic_conventions(report):
+    for s in report["spans"]:
+        assert isinstance(s["attributes"]["thread.id"], int)
+        assert s["attributes"]["thread.name"] == s["name"].replace("hog", "gil-hog")
+        assert "gil.status" not in s["attributes"]

@@ -1,0 +1,106 @@
+"""The registration socket against hostile and broken clients (real collector)."""
+
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+
+from otel_gil import protocol
+
+
+def connect(path: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.settimeout(10)
+    sock.connect(path)
+    return sock
+
+
+@pytest.mark.parametrize(
+    "payload, code",
+    [
+        (b"garbage", protocol.BAD_REQUEST),
+        (b"OGIL" + struct.pack("!HHI", 99, 0, 2) + b"{}", protocol.UNSUPPORTED_VERSION),
+        (b"OGIL" + struct.pack("!HHI", 1, 0, 50) + b"{}", protocol.BAD_REQUEST),
+        (b"OGIL" + struct.pack("!HHI", 1, 0, 5) + b"[1,2]", protocol.BAD_REQUEST),
+        (b"OGIL" + struct.pack("!HHI", 1, 0, 4) + b"\xff\xfe{}", protocol.BAD_REQUEST),
+        (protocol.encode({"op": "attach", "pid": 1}), protocol.BAD_REQUEST),
+        (b"x" * (protocol.MAX_MESSAGE + 100), protocol.BAD_REQUEST),
+    ],
+)
+def test_malformed_messages_get_a_precise_error(collector, payload, code):
+    with connect(collector.socket) as sock:
+        sock.send(payload)
+        reply, fds = protocol.receive(sock, max_fds=1)
+    assert reply["ok"] is False and reply["error"] == code, reply
+    assert not fds
+
+
+def test_identity_comes_from_the_kernel_not_the_message(collector):
+    """A client naming another pid still gets only its own ring."""
+    with connect(collector.socket) as sock:
+        protocol.send(sock, {"op": "hello", "pid": 1, "long_wait_ns": "lots"})
+        reply, fds = protocol.receive(sock, max_fds=1)
+        try:
+            assert reply["ok"], reply
+            from otel_gil.ring import Ring
+
+            ring = Ring.map_fd(fds[0], reply["size"])
+            assert ring.header.pid == os.getpid()
+            assert ring.header.long_wait_ns == 1_000_000  # a bad value falls back to the default
+            with pytest.raises(OSError):
+                import mmap
+
+                mmap.mmap(fds[0], reply["size"], mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            for fd in fds:
+                os.close(fd)
+    assert f"pid {os.getpid()} (uid 0) registered" in collector.log()
+
+
+def test_silent_client_is_dropped_and_honest_ones_still_served(collector):
+    silent = connect(collector.socket)
+    try:
+        with connect(collector.socket) as sock:
+            protocol.send(sock, {"op": "hello"})
+            reply, fds = protocol.receive(sock, max_fds=1)
+            for fd in fds:
+                os.close(fd)
+        assert reply["ok"], reply
+    finally:
+        silent.close()
+
+
+def _fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_exit_detaches_probes_and_frees_fds(collector):
+    """Registered processes that exit leave no perf event, map or socket fd behind."""
+    code = (
+        "import os, socket, sys\n"
+        "from otel_gil import protocol\n"
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.connect(sys.argv[1])\n"
+        "protocol.send(s, {'op': 'hello'}); r, fds = protocol.receive(s, 1)\n"
+        "assert r['ok'], r\n"
+        "print(os.getpid())\n"
+    )
+    baseline = _fds(collector.proc.pid)
+    pids = []
+    for _ in range(5):
+        child = subprocess.run([sys.executable, "-c", code, collector.socket], capture_output=True, text=True, timeout=60)
+        assert child.returncode == 0, child.stderr
+        pids.append(int(child.stdout))
+
+    def detached(pid: int) -> bool:
+        log = collector.log()
+        return any(f"pid {pid} {why}: probes detached" in log for why in ("exited", "hung up"))
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not all(map(detached, pids)):
+        time.sleep(0.1)
+    assert all(map(detached, pids)), collector.log()
+    assert _fds(collector.proc.pid) <= baseline

@@ -1,0 +1,19 @@
+"""An app without any privilege (uid nobody, no capabilities) registers, maps its
+ring read-only and gets the same figures as a root one."""
+
+import tempfile
+from pathlib import Path
+
+from conftest import as_nobody, run_scenario, span
+from test_ground_truth import within
+
+
+def test_nobody_gets_figures(collector):
+    workdir = Path(tempfile.mkdtemp(prefix="otel-gil-nobody-"))
+    prefix, python, env = as_nobody(workdir)
+    report = run_scenario("hog", collector.socket, "--bursts", "5", "--burst-ms", "40", prefix=prefix, python=python, env=env)
+    assert report["uid"] == 65534
+    victim = span(report, "victim")["attributes"]
+    assert "gil.status" not in victim, report["stderr"]
+    assert within(victim["gil.wait_ms"], report["truth"]["victim_wait_ns"] / 1e6), victim
+    assert f"pid {report['pid']} (uid 65534) registered" in collector.log()

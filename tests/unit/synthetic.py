@@ -1,0 +1,40 @@
+"""Synthetic rings: the bytes the BPF side would write, built in Python for unit tests."""
+
+from __future__ import annotations
+
+import ctypes
+
+from otel_gil import ring
+
+
+def make_ring(nslots: int = 64) -> ring.Ring:
+    data = bytearray(ring.SLOT_SIZE * (nslots + 1))
+    header = ring.Header.from_buffer(data)
+    header.magic, header.layout_version, header.slot_size = ring.MAGIC, ring.LAYOUT_VERSION, ring.SLOT_SIZE
+    header.nslots, header.clock_id = nslots, ring.CLOCK_MONOTONIC
+    header.long_wait_ns, header.convoy_ns = 1_000_000, 5_000_000
+    del header
+    return ring.Ring.from_bytes(data)
+
+
+def slot_for(r: ring.Ring, tid: int, index: int | None = None) -> ring.Slot:
+    """Claim a slot for ``tid`` where the BPF side would (its home, or ``index``)."""
+    idx = tid % r.nslots if index is None else index
+    s = r.slot(idx)
+    ctypes.memset(ctypes.addressof(s), 0, ring.SLOT_SIZE)
+    s.tid = tid
+    return s
+
+
+def record_wait(s: ring.Slot, start: int, end: int, blocker: int, long_wait_ns: int = 1_000_000) -> None:
+    """What the BPF side does on an acquisition that followed a wait."""
+    wait = end - start
+    s.wait_ns += wait
+    s.hist[ring.hist_bucket(wait)] += 1
+    s.acquisitions += 1
+    if wait >= 5_000_000:
+        s.convoy_waits += 1
+    if wait >= long_wait_ns:
+        lw = s.ring[s.long_waits % ring.RING_LEN]
+        lw.start_ns, lw.end_ns, lw.blocker_tid = start, end, blocker
+        s.long_waits += 1

@@ -1,0 +1,73 @@
+"""The slot layout is defined twice, in C (collector/gil_layout.h) and in Python
+(otel_gil/ring.py): compile the C half and check both agree, field by field."""
+
+import ctypes
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from otel_gil import ring
+
+HEADER = Path(__file__).resolve().parents[2] / "collector" / "gil_layout.h"
+STRUCTS = {"gil_header": ring.Header, "gil_slot": ring.Slot, "gil_long_wait": ring.LongWait}
+CONSTANTS = {
+    "GIL_MAGIC": ring.MAGIC,
+    "GIL_LAYOUT_VERSION": ring.LAYOUT_VERSION,
+    "GIL_HIST_BUCKETS": ring.HIST_BUCKETS,
+    "GIL_RING_LEN": ring.RING_LEN,
+    "GIL_PROBE_LEN": ring.PROBE_LEN,
+    "GIL_SLOT_IN_TAKE_GIL": ring.SLOT_IN_TAKE_GIL,
+}
+
+
+@pytest.fixture(scope="module")
+def c_layout(tmp_path_factory) -> dict[str, int]:
+    lines = []
+    for cname, pystruct in STRUCTS.items():
+        lines.append(f'printf("sizeof:{cname} %zu\\n", sizeof(struct {cname}));')
+        for field, _ in pystruct._fields_:
+            lines.append(
+                f'printf("{cname}.{field} %zu %zu\\n", offsetof(struct {cname}, {field}), '
+                f"sizeof(((struct {cname} *)0)->{field}));"
+            )
+    for name in CONSTANTS:
+        lines.append(f'printf("{name} %llu\\n", (unsigned long long)({name}));')
+    src = "\n".join(
+        ["#include <stdio.h>", "#include <stddef.h>", "#include <linux/types.h>", f'#include "{HEADER}"',
+         "int main(void) {", *lines, "return 0; }"]
+    )
+    work = tmp_path_factory.mktemp("layout")
+    (work / "layout.c").write_text(src)
+    subprocess.run(["cc", "-Wall", "-Werror", "-o", str(work / "layout"), str(work / "layout.c")], check=True)
+    out = subprocess.run([str(work / "layout")], check=True, capture_output=True, text=True).stdout
+    facts = {}
+    for line in out.splitlines():
+        key, *values = line.split()
+        facts[key] = tuple(int(v) for v in values) if len(values) > 1 else int(values[0])
+    return facts
+
+
+@pytest.mark.parametrize("cname", STRUCTS)
+def test_struct_sizes_agree(c_layout, cname):
+    assert c_layout[f"sizeof:{cname}"] == ctypes.sizeof(STRUCTS[cname])
+
+
+@pytest.mark.parametrize("cname", STRUCTS)
+def test_field_offsets_and_sizes_agree(c_layout, cname):
+    pystruct = STRUCTS[cname]
+    for field, _ in pystruct._fields_:
+        descriptor = getattr(pystruct, field)
+        assert c_layout[f"{cname}.{field}"] == (descriptor.offset, descriptor.size), field
+
+
+@pytest.mark.parametrize("name", CONSTANTS)
+def test_constants_agree(c_layout, name):
+    assert c_layout[name] == CONSTANTS[name]
+
+
+def test_header_fits_in_a_slot_sized_entry():
+    assert ctypes.sizeof(ring.Header) <= ring.SLOT_SIZE
+    assert ring.SLOT_SIZE % 8 == 0  # BPF array entries are 8-byte aligned
+    assert ring.RING_LEN & (ring.RING_LEN - 1) == 0  # the BPF side masks the ring index
+    assert ring.HIST_BUCKETS & (ring.HIST_BUCKETS - 1) == 0

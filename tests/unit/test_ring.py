@@ -1,0 +1,82 @@
+"""Decoding slots: open intervals, the long-wait ring, the histogram, slot lookup."""
+
+import pytest
+
+from otel_gil import ring
+from synthetic import make_ring, record_wait, slot_for
+
+
+def test_counters_close_open_intervals_at_now():
+    r = make_ring()
+    s = slot_for(r, 1234)
+    s.wait_ns, s.hold_ns, s.acquisitions = 100, 200, 3
+    s.acquired_ns = 1_000
+    assert ring.counters(s, 1_500) == ring.Counters(100, 700, 3, 0, 0)
+    s.acquired_ns, s.wait_start_ns = 0, 1_000
+    assert ring.counters(s, 1_250) == ring.Counters(350, 200, 3, 0, 0)
+    assert ring.counters(s, 900).wait_ns == 100  # a clock read before the interval opened
+
+
+def test_long_waits_since_returns_new_ones_oldest_first():
+    r = make_ring()
+    s = slot_for(r, 7)
+    for i in range(3):
+        record_wait(s, i * 10_000_000, i * 10_000_000 + 2_000_000, blocker=99)
+    waits, dropped = ring.long_waits_since(s, 1)
+    assert [w.start_ns for w in waits] == [10_000_000, 20_000_000]
+    assert dropped == 0 and {w.blocker_tid for w in waits} == {99}
+
+
+def test_long_waits_ring_overflow_is_counted():
+    r = make_ring()
+    s = slot_for(r, 7)
+    n = ring.RING_LEN + 5
+    for i in range(n):
+        record_wait(s, i * 10_000_000, i * 10_000_000 + 1_000_000, blocker=i)
+    waits, dropped = ring.long_waits_since(s, 0)
+    assert dropped == 5
+    assert len(waits) == ring.RING_LEN
+    assert [w.blocker_tid for w in waits] == list(range(5, n))
+
+
+@pytest.mark.parametrize("wait_ns, bucket", [(0, 0), (1, 0), (2, 1), (3, 1), (1023, 9), (1024, 10), (5_000_000, 22), (2**40, 31)])
+def test_hist_bucket_is_floor_log2_clamped(wait_ns, bucket):
+    assert ring.hist_bucket(wait_ns) == bucket
+
+
+def test_hist_quantile_upper_bounds():
+    hist = [0] * ring.HIST_BUCKETS
+    hist[10] = 90  # ~1 us
+    hist[22] = 10  # ~5 ms
+    assert ring.hist_quantile(hist, 0.5) == 1 << 11
+    assert ring.hist_quantile(hist, 0.95) == 1 << 23
+    assert ring.hist_quantile([0] * ring.HIST_BUCKETS, 0.5) == 0
+
+
+def test_find_follows_open_addressing_and_hint():
+    r = make_ring(nslots=64)
+    slot_for(r, 64 * 3 + 5)  # occupies home index 5
+    slot_for(r, 64 * 7 + 5, index=6)  # collided, went to the next slot
+    assert r.find(64 * 3 + 5) == 5
+    assert r.find(64 * 7 + 5) == 6
+    assert r.find(64 * 7 + 5, hint=6) == 6
+    assert r.find(64 * 7 + 5, hint=5) == 6  # a stale hint is checked, not trusted
+    assert r.find(12345) == -1
+
+
+def test_snapshot_and_threads_skip_free_slots():
+    r = make_ring()
+    slot_for(r, 10).hold_ns = 5
+    slot_for(r, 11).hold_ns = 6
+    assert sorted((s.tid, s.hold_ns) for s in r.threads()) == [(10, 5), (11, 6)]
+
+
+def test_bad_magic_or_layout_is_refused():
+    data = bytearray(ring.SLOT_SIZE * 4)
+    with pytest.raises(ring.LayoutError, match="magic"):
+        ring.Ring.from_bytes(data)
+    header = ring.Header.from_buffer(data)
+    header.magic, header.layout_version, header.slot_size, header.nslots = ring.MAGIC, 99, ring.SLOT_SIZE, 3
+    del header
+    with pytest.raises(ring.LayoutError, match="upgrade"):
+        ring.Ring.from_bytes(data)

@@ -1,0 +1,151 @@
+"""Span math with a synthetic ring: what lands on a span, and when nothing does."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import pytest
+import wrapt
+from opentelemetry.instrumentation.utils import unwrap
+from opentelemetry.sdk.trace import Span, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_gil import ring as ringlib
+from otel_gil.spans import GilSpanProcessor, end_wrapper
+from synthetic import make_ring, record_wait, slot_for
+
+
+@dataclass
+class FakeRegistration:
+    ring: Optional[ringlib.Ring]
+    status: str = "ok"
+    generation: int = 1
+
+
+@pytest.fixture
+def setup():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    ring = make_ring()
+    reg = FakeRegistration(ring)
+    provider.add_span_processor(GilSpanProcessor(reg))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    wrapt.wrap_function_wrapper(Span, "end", end_wrapper)
+    yield provider.get_tracer("test"), reg, ring, exporter
+    unwrap(Span, "end")
+
+
+def my_slot(ring):
+    return slot_for(ring, threading.get_native_id())
+
+
+def test_figures_are_the_difference_over_the_span(setup):
+    tracer, _, ring, exporter = setup
+    s = my_slot(ring)
+    s.wait_ns, s.hold_ns, s.acquisitions, s.convoy_waits = 7_000_000, 3_000_000, 10, 1
+    with tracer.start_as_current_span("work"):
+        s.wait_ns += 12_000_000
+        s.hold_ns += 4_000_000
+        s.acquisitions += 5
+        s.convoy_waits += 2
+        time.sleep(0.03)
+    (span,) = exporter.get_finished_spans()
+    a = span.attributes
+    assert (a["gil.wait_ms"], a["gil.hold_ms"], a["gil.acquisitions"], a["gil.convoy_waits"]) == (12.0, 4.0, 5, 2)
+    duration_ms = (span.end_time - span.start_time) / 1e6
+    assert a["gil.wait_ratio"] == pytest.approx(12 / duration_ms, rel=0.05)
+    assert a["gil.hold_ratio"] == pytest.approx(4 / duration_ms, rel=0.05)
+    assert a["thread.id"] == threading.get_native_id()
+    assert a["thread.name"] == threading.current_thread().name
+    assert "gil.status" not in a
+
+
+def test_open_hold_counts_up_to_span_end(setup):
+    tracer, _, ring, exporter = setup
+    s = my_slot(ring)
+    s.acquired_ns = time.monotonic_ns()  # holding the GIL since before the span
+    with tracer.start_as_current_span("hold"):
+        time.sleep(0.02)
+    (span,) = exporter.get_finished_spans()
+    assert 19 <= span.attributes["gil.hold_ms"] <= (span.end_time - span.start_time) / 1e6
+
+
+def test_long_waits_inside_the_span_become_events(setup):
+    tracer, _, ring, exporter = setup
+    s = my_slot(ring)
+    release = threading.Event()
+    blocker = threading.Thread(target=release.wait, name="metrics-hog")
+    blocker.start()
+    record_wait(s, 1_000, 3_000_000, blocker=blocker.native_id)  # before the span
+    with tracer.start_as_current_span("io"):
+        now = time.monotonic_ns()
+        record_wait(s, now, now + 2_500_000, blocker=blocker.native_id)
+        time.sleep(0.01)
+    release.set()
+    blocker.join()
+    (span,) = exporter.get_finished_spans()
+    (event,) = span.events
+    assert event.name == "gil.wait"
+    assert event.attributes["gil.wait_ms"] == 2.5
+    assert event.attributes["gil.blocker.thread.name"] == "metrics-hog"
+    assert event.attributes["gil.blocker.thread.id"] == blocker.native_id
+    assert span.start_time <= event.timestamp <= span.end_time
+
+
+def test_no_collector_sets_status_and_no_figures(setup):
+    tracer, reg, _, exporter = setup
+    reg.ring, reg.status = None, "no_collector"
+    with tracer.start_as_current_span("x"):
+        pass
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes["gil.status"] == "no_collector"
+    assert not [k for k in span.attributes if k.startswith("gil.") and k != "gil.status"]
+
+
+def test_span_ended_on_another_thread_gets_no_figures(setup):
+    tracer, _, ring, exporter = setup
+    my_slot(ring)
+    span = tracer.start_span("handoff")
+    t = threading.Thread(target=span.end)
+    t.start()
+    t.join()
+    (done,) = exporter.get_finished_spans()
+    assert done.attributes["gil.status"] == "cross_thread"
+    assert "gil.wait_ms" not in done.attributes
+
+
+def test_collector_restart_during_the_span(setup):
+    tracer, reg, _, exporter = setup
+    with tracer.start_as_current_span("x"):
+        reg.ring, reg.generation = make_ring(), reg.generation + 1
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes["gil.status"] == "collector_changed"
+
+
+def test_a_broken_ring_never_breaks_the_span(setup, caplog):
+    tracer, reg, _, exporter = setup
+
+    class Broken:
+        def find(self, *_):
+            raise RuntimeError("boom")
+
+    reg.ring = Broken()
+    for name in ("first", "second"):
+        with tracer.start_as_current_span(name):
+            pass
+    assert [s.name for s in exporter.get_finished_spans()] == ["first", "second"]
+    assert sum("reading the GIL ring failed" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_explicit_end_time_and_double_end(setup):
+    tracer, _, ring, exporter = setup
+    my_slot(ring)
+    span = tracer.start_span("x")
+    span.end(end_time=span.start_time + 1_000_000)
+    span.end()  # the SDK warns; we add nothing to an ended span
+    (done,) = exporter.get_finished_spans()
+    assert done.attributes["gil.acquisitions"] == 0

@@ -1,0 +1,125 @@
+"""Workloads with known GIL behaviour, run in their own process by the tests.
+
+Usage: python scenarios.py SCENARIO SOCKET [options]; prints one JSON document:
+the finished spans (name, attributes, events) and the ground truth the
+workload measured itself.
+
+Ground truth comes from ``ctypes.PyDLL``: a call through it keeps the GIL, so a
+``usleep(B)`` made that way holds the GIL for B (measured around the call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import sys
+import threading
+import time
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_gil import GilInstrumentor
+
+_gil_holding_libc = ctypes.PyDLL(None)  # calls keep the GIL
+
+
+def hog_and_victim(tracer, args) -> dict:
+    """A hog wakes a victim blocked in os.read, then holds the GIL for a burst.
+
+    Each burst the victim waits from its wake-up (the hog's write) to the burst's
+    end: truth = sum(burst_end - write_time), as the hog measures it.
+    """
+    r, w = os.pipe()
+    truth = {"bursts_ns": [], "victim_wait_ns": 0}
+    ready = threading.Barrier(2)
+
+    def victim() -> None:
+        with tracer.start_as_current_span("victim"):
+            ready.wait()
+            for _ in range(args.bursts):
+                os.read(r, 1)
+
+    def hog() -> None:
+        with tracer.start_as_current_span("hog"):
+            ready.wait()
+            time.sleep(0.05)
+            for _ in range(args.bursts):
+                t_write = time.monotonic_ns()
+                _gil_holding_libc.write(w, b"x", 1)
+                t0 = time.monotonic_ns()
+                _gil_holding_libc.usleep(args.burst_ms * 1000)
+                t1 = time.monotonic_ns()
+                truth["bursts_ns"].append(t1 - t0)
+                truth["victim_wait_ns"] += t1 - t_write
+                time.sleep(args.gap_ms / 1000)
+
+    threads = [threading.Thread(target=victim, name="victim"), threading.Thread(target=hog, name="gil-hog")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return truth
+
+
+def convoy(tracer, args) -> dict:
+    """Beazley's issue 7946: an I/O thread's every read waits for a CPU-bound thread."""
+    r, w = os.pipe()
+    os.write(w, b"x" * args.reads)
+    stop = threading.Event()
+
+    def cpu() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+
+    def io() -> None:
+        with tracer.start_as_current_span("io"):
+            for _ in range(args.reads):
+                os.read(r, 1)  # never blocks, always releases the GIL
+
+    spinner = threading.Thread(target=cpu, name="cpu-bound")
+    reader = threading.Thread(target=io, name="io-reader")
+    spinner.start()
+    time.sleep(0.02)
+    reader.start()
+    reader.join()
+    stop.set()
+    spinner.join()
+    return {"reads": args.reads, "switch_interval_ms": sys.getswitchinterval() * 1000}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("scenario", choices=["hog", "convoy"])
+    parser.add_argument("socket")
+    parser.add_argument("--bursts", type=int, default=10)
+    parser.add_argument("--burst-ms", type=int, default=50)
+    parser.add_argument("--gap-ms", type=int, default=5)
+    parser.add_argument("--reads", type=int, default=100)
+    args = parser.parse_args()
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    GilInstrumentor().instrument(tracer_provider=provider, socket_path=args.socket, register_timeout_s=20)
+    tracer = provider.get_tracer("scenarios")
+    truth = {"hog": hog_and_victim, "convoy": convoy}[args.scenario](tracer, args)
+    spans = [
+        {
+            "name": s.name,
+            "attributes": dict(s.attributes),
+            "events": [{"name": e.name, "timestamp": e.timestamp, "attributes": dict(e.attributes)} for e in s.events],
+            "duration_ns": s.end_time - s.start_time,
+        }
+        for s in exporter.get_finished_spans()
+    ]
+    json.dump({"pid": os.getpid(), "uid": os.getuid(), "truth": truth, "spans": spans}, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
