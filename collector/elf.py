@@ -18,6 +18,7 @@ _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
 _PHDR = struct.Struct("<IIQQQQQQ")
 _SHDR = struct.Struct("<IIQQQQIIQQ")
 _SYM = struct.Struct("<IBBHQQ")
+_VERSYM = struct.Struct("<H")
 _SHT_SYMTAB, _SHT_DYNSYM, _SHT_GNU_VERSYM = 2, 11, 0x6FFFFFFF
 _STT_FUNC, _STT_GNU_IFUNC = 2, 10
 _PT_LOAD = 1
@@ -82,7 +83,7 @@ def _parse(data) -> ElfInfo:
                 if st_info & 0xF not in (_STT_FUNC, _STT_GNU_IFUNC) or not st_value or not st_shndx:
                     continue
                 if kind == _SHT_DYNSYM and versym is not None:
-                    (ver,) = struct.unpack_from("<H", data, versym[4] + 2 * i) if versym[4] + 2 * i + 2 <= len(data) else (0,)
+                    (ver,) = _unpack(_VERSYM, data, versym[4] + 2 * i)
                     if ver & _VERSYM_HIDDEN:
                         continue  # a compat version (name@VER), not the one programs link to
                 name = _cstr(names, st_name)

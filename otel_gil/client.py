@@ -71,10 +71,7 @@ class Registration:
         # The child has the parent's socket and ring but not its thread, and a new pid.
         self._lock = threading.Lock()
         if self._sock is not None:
-            try:
-                self._sock.detach()  # leave the parent's connection open for the parent
-            except OSError:
-                pass
+            self._sock.close()  # only the child's copy: the parent's connection stays up
             self._sock = None
         self.ring = None
         self.status = PENDING

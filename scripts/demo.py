@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -58,6 +59,7 @@ def main() -> int:
     finally:
         collector.terminate()
         collector.wait(20)
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -10,6 +10,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ class Collector:
 
 
 @pytest.fixture(scope="session")
-def collector(tmp_path_factory) -> Collector:
+def collector() -> Collector:
     """The real eBPF collector (needs root: without it this fails, it does not skip)."""
     if os.geteuid() != 0:
         pytest.fail("the collector tests need root (eBPF): run them with sudo, as CI does")
@@ -59,12 +60,15 @@ def collector(tmp_path_factory) -> Collector:
     shutil.rmtree(workdir, ignore_errors=True)
 
 
-def run_scenario(name: str, socket_path: str, *options: str, prefix: tuple[str, ...] = (), python: str = sys.executable, env: dict | None = None) -> dict:
+def run_scenario(name: str, socket_path: str, *options: str, sandbox: "Sandbox | None" = None) -> dict:
     """Run tests/workloads/scenarios.py in a new process and return its JSON report."""
-    script = str(SCENARIOS) if not prefix else str(Path(env["PYTHONPATH"].split(":")[0]) / SCENARIOS.relative_to(ROOT))
-    cmd = [*prefix, python, script, name, socket_path, *options]
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=full_env)
+    if sandbox is None:
+        cmd = [sys.executable, str(SCENARIOS)]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    else:
+        cmd = [*sandbox.prefix, sandbox.python, str(sandbox.repo / SCENARIOS.relative_to(ROOT))]
+        env = {**os.environ, **sandbox.env}
+    done = subprocess.run([*cmd, name, socket_path, *options], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, f"{cmd} failed:\n{done.stderr}"
     report = json.loads(done.stdout)
     report["stderr"] = done.stderr
@@ -80,33 +84,42 @@ def span(report: dict, name: str) -> dict:
 NOBODY = 65534
 
 
-def as_nobody(workdir: Path) -> tuple[tuple[str, ...], str, dict]:
-    """(command prefix, python, env) that run a workload as uid/gid nobody with no capabilities.
+@dataclass
+class Sandbox:
+    """How to run a workload as uid/gid nobody with no capabilities."""
 
-    The interpreter, its site-packages and this checkout may live under /root;
-    a private mount namespace binds them under ``workdir`` where nobody can read
-    them (nothing on the host changes).
-    """
-    binds = {
-        "prefix": sys.base_prefix,
-        "site": sysconfig.get_paths()["purelib"],
-        "repo": str(ROOT),
-    }
+    prefix: tuple[str, ...]
+    python: str
+    repo: Path
+    env: dict
+
+
+@pytest.fixture
+def nobody() -> Sandbox:
+    """The interpreter, its site-packages and this checkout may live under /root: a
+    private mount namespace binds them under a directory nobody can read (nothing
+    on the host changes; the binds vanish with the workload)."""
+    workdir = Path(tempfile.mkdtemp(prefix="otel-gil-nobody-"))
+    os.chmod(workdir, 0o755)
+    binds = {"prefix": sys.base_prefix, "site": sysconfig.get_paths()["purelib"], "repo": str(ROOT)}
     script = ["set -e"]
     for name, src in binds.items():
-        (workdir / name).mkdir(parents=True, exist_ok=True)
+        (workdir / name).mkdir()
         script.append(f"mount --bind '{src}' '{workdir / name}'")
-    os.chmod(workdir, 0o755)
     script.append(
-        f"exec setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups --inh-caps=-all "
-        '--bounding-set=-all "$@"'
+        f'exec setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups --inh-caps=-all --bounding-set=-all "$@"'
     )
-    prefix = ("unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script), "nobody-workload")
-    python = str(workdir / "prefix" / "bin" / os.path.basename(os.path.realpath(sys.executable)))
-    env = {
-        "PYTHONPATH": f"{workdir / 'repo'}:{workdir / 'site'}",
-        "LD_LIBRARY_PATH": str(workdir / "prefix" / "lib"),
-        "PYTHONNOUSERSITE": "1",
-        "HOME": "/nonexistent",
-    }
-    return prefix, python, env
+    yield Sandbox(
+        prefix=("unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script), "nobody"),
+        python=str(workdir / "prefix" / "bin" / os.path.basename(os.path.realpath(sys.executable))),
+        repo=workdir / "repo",
+        env={
+            "PYTHONPATH": f"{workdir / 'repo'}:{workdir / 'site'}",
+            "LD_LIBRARY_PATH": str(workdir / "prefix" / "lib"),
+            "PYTHONNOUSERSITE": "1",
+            "HOME": "/nonexistent",
+        },
+    )
+    for name in binds:
+        (workdir / name).rmdir()
+    workdir.rmdir()

@@ -1,17 +1,12 @@
 """An app without any privilege (uid nobody, no capabilities) registers, maps its
 ring read-only and gets the same figures as a root one."""
 
-import tempfile
-from pathlib import Path
-
-from conftest import as_nobody, run_scenario, span
+from conftest import run_scenario, span
 from test_ground_truth import within
 
 
-def test_nobody_gets_figures(collector):
-    workdir = Path(tempfile.mkdtemp(prefix="otel-gil-nobody-"))
-    prefix, python, env = as_nobody(workdir)
-    report = run_scenario("hog", collector.socket, "--bursts", "5", "--burst-ms", "40", prefix=prefix, python=python, env=env)
+def test_nobody_gets_figures(collector, nobody):
+    report = run_scenario("hog", collector.socket, "--bursts", "5", "--burst-ms", "40", sandbox=nobody)
     assert report["uid"] == 65534
     victim = span(report, "victim")["attributes"]
     assert "gil.status" not in victim, report["stderr"]
