@@ -5,7 +5,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: host venv demo test clean
+# The oldest OpenTelemetry SDK we support, for the span-hook tests.
+SDK_MIN := opentelemetry-api==1.30.0 opentelemetry-sdk==1.30.0 opentelemetry-instrumentation==0.51b0
+
+.PHONY: host venv demo test test-sdk-min clean
 
 host:
 	scripts/setup-host.sh
@@ -21,8 +24,16 @@ venv: $(PY)
 demo: host venv
 	$(PY) scripts/demo.py
 
-test: host venv
+test: host venv test-sdk-min
 	$(PY) -m pytest -ra tests
 
+.venv-sdk-min/bin/python: pyproject.toml
+	$(PYTHON) -m venv .venv-sdk-min
+	.venv-sdk-min/bin/python -m pip install -q $(SDK_MIN) wrapt pytest
+	touch $@
+
+test-sdk-min: .venv-sdk-min/bin/python
+	PYTHONPATH=. .venv-sdk-min/bin/python -m pytest -q -p no:cacheprovider tests/unit
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) .venv-sdk-min build *.egg-info

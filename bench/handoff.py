@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+import stack  # noqa: E402
 LOOP = r"""
 import os, sys, time
 if sys.argv[2] != "-":
@@ -63,16 +65,6 @@ def bpf_runs(pid: int) -> int:
     return total
 
 
-def start_collector(sock: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "collector", "--socket", sock], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    while not os.path.exists(sock):
-        if proc.poll() is not None:
-            sys.exit("bench: the collector did not start (run as root)")
-        time.sleep(0.1)
-    return proc
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=200_000)
@@ -88,21 +80,20 @@ def main() -> int:
     for i in range(args.rounds):
         if i % 2 == 0:
             runs["baseline"].append(run_loop(args.pairs, "-"))
-        collector = start_collector(sock)
+        collector = stack.start_collector(sock, Path(work) / "collector.log")
         other = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom otel_gil.client import Registration\n"
                                   "r = Registration(sys.argv[1]); r.start(); r.wait(30); time.sleep(3600)", sock],
                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
         time.sleep(1.0)
         try:
             for mode, target in (("unregistered", "-"), ("registered", sock)):
-                before = bpf_runs(collector.pid)
+                before = bpf_runs(collector.proc.pid)
                 runs[mode].append(run_loop(args.pairs, target))
-                probe_runs[mode].append(bpf_runs(collector.pid) - before)
+                probe_runs[mode].append(bpf_runs(collector.proc.pid) - before)
         finally:
             other.kill()
             other.wait()
-            collector.terminate()
-            collector.wait(20)
+            collector.stop()
         if i % 2 == 1:
             runs["baseline"].append(run_loop(args.pairs, "-"))
         print(f"round {i + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:.0f} ns" for k, v in runs.items()), flush=True)

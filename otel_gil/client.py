@@ -32,9 +32,12 @@ _BACKOFF_S = (0.5, 30.0)
 class Registration:
     """This process's link to the collector. ``ring`` is None unless ``status == "ok"``."""
 
-    def __init__(self, socket_path: Optional[str] = None, long_wait_ns: int = 1_000_000) -> None:
+    def __init__(
+        self, socket_path: Optional[str] = None, long_wait_ns: int = 1_000_000, fork_wait_s: float = 2.0
+    ) -> None:
         self.socket_path = socket_path or os.environ.get(OTEL_GIL_SOCKET) or DEFAULT_SOCKET
         self.long_wait_ns = long_wait_ns
+        self.fork_wait_s = fork_wait_s  # a forked child waits this long for its own registration
         self.ring: Optional[Ring] = None
         self.status = PENDING
         self.detail = ""
@@ -80,6 +83,8 @@ class Registration:
         self._thread = None
         if not self._stop.is_set():
             self.start()
+            # A pre-fork server's worker serves requests right away: let its first spans have figures.
+            self._settled.wait(self.fork_wait_s)
 
     def _set(self, ring: Optional[Ring], status: str, detail: str) -> None:
         with self._lock:

@@ -24,15 +24,15 @@ _local = threading.local()
 class _Start:
     """What a span needs at its end: where it started and the counters then."""
 
-    __slots__ = ("registration", "ring", "generation", "tid", "index", "mono_ns", "counters", "status")
+    __slots__ = ("registration", "ring", "generation", "tid", "mono_ns", "wall_ns", "counters", "status")
 
-    def __init__(self, registration, ring, generation, tid, index, mono_ns, counters, status) -> None:
+    def __init__(self, registration, ring, generation, tid, mono_ns, wall_ns, counters, status) -> None:
         self.registration = registration
         self.ring = ring
         self.generation = generation
         self.tid = tid
-        self.index = index
         self.mono_ns = mono_ns
+        self.wall_ns = wall_ns
         self.counters = counters
         self.status = status
 
@@ -56,11 +56,10 @@ def _read(ring: ringlib.Ring, cache: list, now: int) -> ringlib.Counters:
 def snapshot(registration: Registration) -> _Start:
     ring, generation, status = registration.ring, registration.generation, registration.status
     cache = _thread_tid(generation)
-    now = time.monotonic_ns()
+    now, wall = time.monotonic_ns(), time.time_ns()
     if ring is None or status != REGISTERED:
-        return _Start(registration, None, generation, cache[1], -1, now, ringlib.ZERO, status)
-    counters = _read(ring, cache, now)
-    return _Start(registration, ring, generation, cache[1], cache[2], now, counters, status)
+        return _Start(registration, None, generation, cache[1], now, wall, ringlib.ZERO, status)
+    return _Start(registration, ring, generation, cache[1], now, wall, _read(ring, cache, now), status)
 
 
 def _thread_names() -> dict[int, str]:
@@ -78,8 +77,14 @@ def _thread_name(tid: int, names: dict[int, str]) -> Optional[str]:
     return name
 
 
-def figures(start: _Start) -> tuple[dict, list[tuple[str, dict, int]]]:
-    """Attributes and ``(name, attributes, timestamp)`` events for a span ending now."""
+def figures(start: _Start, span_start_ns: int, span_end_ns: int) -> tuple[dict, list[tuple[str, dict, int]]]:
+    """Attributes and ``(name, attributes, timestamp)`` events for a span ending now.
+
+    ``span_start_ns``/``span_end_ns`` are the span's own (wall clock) times. A span
+    may carry a start time from before it was created (Flask's server span starts
+    when the WSGI call does): long waits of that stretch are still in the ring, so
+    they are counted too; shorter waits and holds there are not visible.
+    """
     thread = threading.current_thread()
     attrs: dict = {"thread.name": thread.name}
     reg, ring = start.registration, start.ring
@@ -95,37 +100,48 @@ def figures(start: _Start) -> tuple[dict, list[tuple[str, dict, int]]]:
     if reg.ring is not ring:
         attrs["gil.status"] = reg.status if reg.status != REGISTERED else COLLECTOR_CHANGED
         return attrs, []
-    now = time.monotonic_ns()
+    # Open intervals are closed at the span's end, mapped onto the monotonic clock.
+    now = min(time.monotonic_ns(), start.mono_ns + max(span_end_ns - start.wall_ns, 0))
     end = _read(ring, cache, now)
     begin = start.counters
-    duration = max(now - start.mono_ns, 1)
     wait = end.wait_ns - begin.wait_ns
     hold = end.hold_ns - begin.hold_ns
+    acquisitions = end.acquisitions - begin.acquisitions
+    convoy = end.convoy_waits - begin.convoy_waits
+    events = []
+    if cache[2] >= 0 and end.long_waits:
+        gap = max(start.wall_ns - span_start_ns, 0)
+        since = begin.long_waits if not gap else max(begin.long_waits - ringlib.RING_LEN, 0)
+        waits, _ = ringlib.long_waits_since(ring.slot(cache[2]), since)
+        dropped = end.long_waits - begin.long_waits - ringlib.RING_LEN
+        if dropped > 0:
+            attrs["gil.long_waits_dropped"] = dropped
+        names = _thread_names()
+        wall_minus_mono = start.wall_ns - start.mono_ns
+        for w in waits:
+            if w.start_ns < start.mono_ns - gap or w.end_ns > now:
+                continue
+            length = w.end_ns - w.start_ns
+            if w.end_ns <= start.mono_ns:  # before the span object existed: not in the counters
+                wait += length
+                acquisitions += 1
+                convoy += length >= ring.header.convoy_ns
+            event = {"gil.wait_ms": round(length / 1e6, 3), "gil.blocker.thread.id": w.blocker_tid}
+            blocker = _thread_name(w.blocker_tid, names)
+            if blocker is not None:
+                event["gil.blocker.thread.name"] = blocker
+            events.append(("gil.wait", event, w.start_ns + wall_minus_mono))
+    duration = max(span_end_ns - span_start_ns, now - start.mono_ns, 1)
     attrs.update(
         {
             "gil.wait_ms": round(wait / 1e6, 3),
             "gil.hold_ms": round(hold / 1e6, 3),
             "gil.wait_ratio": round(wait / duration, 4),
             "gil.hold_ratio": round(hold / duration, 4),
-            "gil.acquisitions": end.acquisitions - begin.acquisitions,
-            "gil.convoy_waits": end.convoy_waits - begin.convoy_waits,
+            "gil.acquisitions": acquisitions,
+            "gil.convoy_waits": convoy,
         }
     )
-    events = []
-    if end.long_waits > begin.long_waits and cache[2] >= 0:
-        waits, dropped = ringlib.long_waits_since(ring.slot(cache[2]), begin.long_waits)
-        if dropped:
-            attrs["gil.long_waits_dropped"] = dropped
-        names = _thread_names()
-        wall_minus_mono = time.time_ns() - now
-        for w in waits:
-            if w.start_ns < start.mono_ns or w.end_ns > now:
-                continue
-            event = {"gil.wait_ms": round((w.end_ns - w.start_ns) / 1e6, 3), "gil.blocker.thread.id": w.blocker_tid}
-            blocker = _thread_name(w.blocker_tid, names)
-            if blocker is not None:
-                event["gil.blocker.thread.name"] = blocker
-            events.append(("gil.wait", event, w.start_ns + wall_minus_mono))
     return attrs, events
 
 
@@ -155,17 +171,24 @@ class GilSpanProcessor(SpanProcessor):
 
 
 def end_wrapper(wrapped, instance: Span, args, kwargs):
-    """``wrapt`` wrapper of ``Span.end``: figures go on while the span is still writable."""
+    """``wrapt`` wrapper of ``Span.end``: figures go on while the span is still writable.
+
+    The end time is fixed here (as the SDK would) so that ratios use the span's own duration.
+    """
     start = getattr(instance, _SNAPSHOT_ATTR, None)
-    if start is not None and instance.end_time is None:
-        try:
-            attrs, events = figures(start)
-            instance.set_attributes(attrs)
-            for name, attributes, timestamp in events:
-                instance.add_event(name, attributes, timestamp)
-        except Exception:
-            _log_once("otel-gil: computing the GIL figures of a span failed")
-    return wrapped(*args, **kwargs)
+    if start is None or instance.end_time is not None or instance.start_time is None:
+        return wrapped(*args, **kwargs)
+    end_time = args[0] if args else kwargs.get("end_time")
+    if end_time is None:
+        end_time = time.time_ns()
+    try:
+        attrs, events = figures(start, instance.start_time, end_time)
+        instance.set_attributes(attrs)
+        for name, attributes, timestamp in events:
+            instance.add_event(name, attributes, timestamp)
+    except Exception:
+        _log_once("otel-gil: computing the GIL figures of a span failed")
+    return wrapped(end_time=end_time)
 
 
 _logged: set[str] = set()

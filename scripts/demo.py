@@ -1,64 +1,87 @@
-"""The demo: start the collector, run a workload whose GIL behaviour is known, and
-print the figures its spans carried.
+"""The demo: Jaeger, the collector and the Flask example under opentelemetry-instrument
+(its metrics thread hogging the GIL), some load, then the slowest spans as Jaeger
+has them: duration, GIL wait, GIL hold, and who held the GIL meanwhile.
 
-    sudo make demo            (or: sudo .venv/bin/python scripts/demo.py)
+    sudo make demo                                 (or: sudo .venv/bin/python scripts/demo.py)
+    sudo .venv/bin/python scripts/demo.py --keep   (leave the stack up to browse Jaeger's API)
 """
 
 from __future__ import annotations
 
-import json
+import argparse
+import collections
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+import stack  # noqa: E402
+
+SERVICE = "flask-gil-demo"
+ROUTES = "/io,/cpu,/slow_c"
 
 
-def start_collector(sock: str, log_path: Path) -> subprocess.Popen:
-    print(f"starting the collector (log: {log_path})...", flush=True)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "collector", "--socket", sock],
-        cwd=ROOT, stdout=open(log_path, "w"), stderr=subprocess.STDOUT,
+def blockers(span: dict) -> str:
+    names = collections.Counter(
+        f["value"] for log in span.get("logs", []) for f in log["fields"] if f["key"] == "gil.blocker.thread.name"
     )
-    deadline = time.monotonic() + 60
-    while not os.path.exists(sock):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            sys.exit(f"the collector did not start:\n{log_path.read_text()}")
-        time.sleep(0.1)
-    return proc
+    return ", ".join(f"{name} x{n}" for name, n in names.most_common(2)) or "-"
+
+
+def table(spans: list[dict], rows: int) -> str:
+    lines = [f"{'span':<14} {'duration':>9} {'GIL wait':>9} {'GIL hold':>9} {'wait %':>7}  waited on (long waits)"]
+    for s in sorted(spans, key=lambda s: s["duration"], reverse=True)[:rows]:
+        t = s["tags"]
+        lines.append(
+            f"{s['operationName']:<14} {s['duration'] / 1e3:>7.1f}ms {t['gil.wait_ms']:>7.1f}ms {t['gil.hold_ms']:>7.1f}ms "
+            f"{100 * t['gil.wait_ratio']:>6.1f}%  {blockers(s)}"
+        )
+    return "\n".join(lines)
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=150, help="requests to send (default 150)")
+    parser.add_argument("--short", action="store_true", help="a quick run (40 requests), as CI does")
+    parser.add_argument("--rows", type=int, default=10, help="spans to show")
+    parser.add_argument("--keep", action="store_true", help="keep the stack running until Enter is pressed")
+    args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("demo: the collector is eBPF and needs root: sudo make demo")
+    requests = 40 if args.short else args.requests
     work = Path(tempfile.mkdtemp(prefix="otel-gil-demo-"))
-    sock = str(work / "otel-gil.sock")
-    collector = start_collector(sock, work / "collector.log")
+    started: list[stack.Service] = []
     try:
-        print("running a GIL hog (10 x 50 ms bursts through ctypes.PyDLL) beside a victim thread...", flush=True)
-        out = subprocess.run(
-            [sys.executable, str(ROOT / "tests" / "workloads" / "scenarios.py"), "hog", sock],
-            capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        ).stdout
-        report = json.loads(out)
-        print(f"\n{'span':<8} {'thread':<8} {'duration':>10} {'GIL wait':>10} {'GIL hold':>10} {'wait %':>7}  long waits (blocker)")
-        for s in report["spans"]:
-            a = s["attributes"]
-            blockers = {e["attributes"].get("gil.blocker.thread.name", "?") for e in s["events"]}
-            print(
-                f"{s['name']:<8} {a['thread.name']:<8} {s['duration_ns'] / 1e6:>8.1f}ms {a['gil.wait_ms']:>8.1f}ms "
-                f"{a['gil.hold_ms']:>8.1f}ms {100 * a['gil.wait_ratio']:>6.1f}%  {len(s['events'])} ({', '.join(sorted(blockers)) or '-'})"
-            )
-        truth = report["truth"]
-        print(f"\nground truth: hog held {sum(truth['bursts_ns']) / 1e6:.1f} ms, victim had to wait {truth['victim_wait_ns'] / 1e6:.1f} ms")
+        if stack.jaeger_up():
+            print(f"Jaeger: using the one already answering on {stack.JAEGER_QUERY}", flush=True)
+        else:
+            print("Jaeger: starting the cached build (the first run builds it: about 8 minutes)...", flush=True)
+            started.append(stack.start_jaeger(work / "jaeger.log"))
+        print("collector: compiling and loading the eBPF program...", flush=True)
+        collector = stack.start_collector(str(work / "otel-gil.sock"), work / "collector.log")
+        started.append(collector)
+        print("Flask example under opentelemetry-instrument, metrics thread hogging the GIL...", flush=True)
+        app = stack.start_app("flask", "dev", 18080, SERVICE, collector.address, work / "app.log")
+        started.append(app)
+        print(f"driving {requests} requests on {ROUTES}...", flush=True)
+        subprocess.run([sys.executable, str(ROOT / "examples" / "load.py"), "--url", app.address, "--routes", ROUTES,
+                        "--requests", str(requests), "--concurrency", "4"], check=True)
+        stack.wait_for_spans(SERVICE, "GET /io", requests // 3)
+        spans = [s for s in stack.jaeger_spans(SERVICE) if s["tags"].get("span.kind") == "server"]
+        print(f"\nslowest of {len(spans)} server spans, from Jaeger ({stack.JAEGER_QUERY}/api/traces?service={SERVICE}):\n")
+        print(table(spans, args.rows))
+        if args.keep:
+            input(f"\nJaeger answers on {stack.JAEGER_QUERY}; press Enter to stop everything. ")
+    except stack.StackError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 1
     finally:
-        collector.terminate()
-        collector.wait(20)
+        for service in reversed(started):
+            service.stop()
         shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -6,11 +6,11 @@ must then wait for a CPU-bound thread to be forced off it: the switch interval.
 
 import statistics
 
-from conftest import run_scenario, span
+from helpers import run_scenario, span
 
 
 def test_io_thread_waits_the_switch_interval(collector):
-    report = run_scenario("convoy", collector.socket, "--reads", "100")
+    report = run_scenario("convoy", collector.address, "--reads", "100")
     io = span(report, "io")
     attrs = io["attributes"]
     interval_ms = report["truth"]["switch_interval_ms"]

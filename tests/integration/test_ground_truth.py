@@ -7,18 +7,14 @@ the whole burst. Tolerance: 5 % or 0.5 ms, whichever is larger.
 
 import pytest
 
-from conftest import run_scenario, span
+from helpers import run_scenario, span, within
 
 BURSTS, BURST_MS = 10, 50
 
 
-def within(measured: float, truth: float, rel: float = 0.05, abs_ms: float = 0.5) -> bool:
-    return abs(measured - truth) <= max(rel * truth, abs_ms)
-
-
 @pytest.fixture(scope="module")
 def report(collector):
-    return run_scenario("hog", collector.socket, "--bursts", str(BURSTS), "--burst-ms", str(BURST_MS))
+    return run_scenario("hog", collector.address, "--bursts", str(BURSTS), "--burst-ms", str(BURST_MS))
 
 
 def test_victim_wait_matches_the_bursts(report):

@@ -1,6 +1,6 @@
 """Without a collector the app runs untouched: one warning, gil.status, no figures."""
 
-from conftest import run_scenario, span
+from helpers import run_scenario, span
 
 
 def test_spans_say_why_there_are_no_figures(tmp_path):

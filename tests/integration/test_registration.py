@@ -32,7 +32,7 @@ def connect(path: str) -> socket.socket:
     ],
 )
 def test_malformed_messages_get_a_precise_error(collector, payload, code):
-    with connect(collector.socket) as sock:
+    with connect(collector.address) as sock:
         sock.send(payload)
         reply, fds = protocol.receive(sock, max_fds=1)
     assert reply["ok"] is False and reply["error"] == code, reply
@@ -41,7 +41,7 @@ def test_malformed_messages_get_a_precise_error(collector, payload, code):
 
 def test_identity_comes_from_the_kernel_not_the_message(collector):
     """A client naming another pid still gets only its own ring."""
-    with connect(collector.socket) as sock:
+    with connect(collector.address) as sock:
         protocol.send(sock, {"op": "hello", "pid": 1, "long_wait_ns": "lots"})
         reply, fds = protocol.receive(sock, max_fds=1)
         try:
@@ -58,13 +58,13 @@ def test_identity_comes_from_the_kernel_not_the_message(collector):
         finally:
             for fd in fds:
                 os.close(fd)
-    assert f"pid {os.getpid()} (uid 0) registered" in collector.log()
+    assert f"pid {os.getpid()} (uid 0) registered" in collector.log_text()
 
 
 def test_silent_client_is_dropped_and_honest_ones_still_served(collector):
-    silent = connect(collector.socket)
+    silent = connect(collector.address)
     try:
-        with connect(collector.socket) as sock:
+        with connect(collector.address) as sock:
             protocol.send(sock, {"op": "hello"})
             reply, fds = protocol.receive(sock, max_fds=1)
             for fd in fds:
@@ -91,16 +91,16 @@ def test_exit_detaches_probes_and_frees_fds(collector):
     baseline = _fds(collector.proc.pid)
     pids = []
     for _ in range(5):
-        child = subprocess.run([sys.executable, "-c", code, collector.socket], capture_output=True, text=True, timeout=60)
+        child = subprocess.run([sys.executable, "-c", code, collector.address], capture_output=True, text=True, timeout=60)
         assert child.returncode == 0, child.stderr
         pids.append(int(child.stdout))
 
     def detached(pid: int) -> bool:
-        log = collector.log()
+        log = collector.log_text()
         return any(f"pid {pid} {why}: probes detached" in log for why in ("exited", "hung up"))
 
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and not all(map(detached, pids)):
         time.sleep(0.1)
-    assert all(map(detached, pids)), collector.log()
+    assert all(map(detached, pids)), collector.log_text()
     assert _fds(collector.proc.pid) <= baseline

@@ -149,3 +149,20 @@ def test_explicit_end_time_and_double_end(setup):
     span.end()  # the SDK warns; we add nothing to an ended span
     (done,) = exporter.get_finished_spans()
     assert done.attributes["gil.acquisitions"] == 0
+
+
+def test_long_waits_before_a_backdated_start_are_counted(setup):
+    """Flask's server span starts at the WSGI call, before the span object exists."""
+    tracer, _, ring, exporter = setup
+    s = my_slot(ring)
+    now = time.monotonic_ns()
+    record_wait(s, now - 40_000_000, now - 30_000_000, blocker=1)  # inside the backdated stretch
+    record_wait(s, now - 90_000_000, now - 80_000_000, blocker=1)  # before the span
+    with tracer.start_as_current_span("GET /io", start_time=time.time_ns() - 50_000_000):
+        pass
+    (span,) = exporter.get_finished_spans()
+    a = span.attributes
+    assert a["gil.wait_ms"] == 10.0
+    assert a["gil.acquisitions"] == 1 and a["gil.convoy_waits"] == 1
+    assert [e.attributes["gil.wait_ms"] for e in span.events] == [10.0]
+    assert a["gil.wait_ratio"] == pytest.approx(10 / ((span.end_time - span.start_time) / 1e6), rel=0.01)

@@ -1,0 +1,164 @@
+"""Start and stop the example stack (collector, Jaeger, an instrumented app) and read
+spans back from Jaeger's HTTP API. Used by the demo (scripts/demo.py), the
+benchmarks and the tests, so that each piece is started one way only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+JAEGER_QUERY = "http://127.0.0.1:16686"
+OTLP_HTTP = "http://127.0.0.1:4318"
+BIN = Path(sys.executable).parent
+
+
+class StackError(RuntimeError):
+    """A part of the stack did not come up; the message includes its log."""
+
+
+@dataclass
+class Service:
+    name: str
+    proc: subprocess.Popen
+    log: Path
+    address: str  # where it listens: a URL, or the collector's socket path
+
+    def stop(self, timeout: float = 20) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def _wait(service: Service, ready, timeout: float) -> Service:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if service.proc.poll() is not None or time.monotonic() > deadline:
+            service.stop()
+            raise StackError(f"{service.name} did not come up:\n{service.log_text()[-4000:]}")
+        time.sleep(0.1)
+    return service
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status == 200
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def start_collector(socket_path: str, log: Path, timeout: float = 60) -> Service:
+    """The real collector (root), from this checkout, with the current interpreter."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "collector", "--socket", socket_path, "-v"],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+        )
+    return _wait(Service("collector", proc, log, socket_path), lambda: os.path.exists(socket_path), timeout)
+
+
+def jaeger_binary() -> str:
+    """Path of the cached Jaeger build, building it on first use (minutes; progress on stderr)."""
+    done = subprocess.run([str(ROOT / "scripts" / "jaeger.sh"), "path"], stdout=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise StackError("building Jaeger failed (see the output above)")
+    return done.stdout.strip()
+
+
+def jaeger_up() -> bool:
+    return _http_ok(f"{JAEGER_QUERY}/api/services")
+
+
+def start_jaeger(log: Path, timeout: float = 60) -> Service:
+    binary = jaeger_binary()
+    if jaeger_up():
+        raise StackError(f"something already answers on {JAEGER_QUERY}: stop it first")
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [binary, "--config", str(ROOT / "scripts" / "jaeger-config.yaml")], stdout=out, stderr=subprocess.STDOUT
+        )
+    return _wait(Service("jaeger", proc, log, JAEGER_QUERY), jaeger_up, timeout)
+
+
+def app_command(framework: str, server: str, port: int, workers: int = 2, preload: bool = False) -> tuple[list[str], Path]:
+    """(argv, cwd) of an example app under opentelemetry-instrument. server: dev, sync or gthread."""
+    instrument = [str(BIN / "opentelemetry-instrument")]
+    bind = f"127.0.0.1:{port}"
+    if server == "dev":
+        if framework == "flask":
+            return instrument + [str(BIN / "flask"), "--app", "app", "run", "--port", str(port)], EXAMPLES / "flask_app"
+        return instrument + [sys.executable, "manage.py", "runserver", "--noreload", bind], EXAMPLES / "django_app"
+    target = {"flask": "app:app", "django": "gilsite.wsgi"}[framework]
+    cwd = EXAMPLES / ("flask_app" if framework == "flask" else "django_app")
+    argv = instrument + [str(BIN / "gunicorn"), "-b", bind, "-w", str(workers), "-k", server, "--threads", "4"]
+    return argv + (["--preload"] if preload else []) + [target], cwd
+
+
+def start_app(
+    framework: str, server: str, port: int, service_name: str, socket_path: str, log: Path,
+    hog: bool = True, workers: int = 2, preload: bool = False, timeout: float = 60,
+) -> Service:
+    argv, cwd = app_command(framework, server, port, workers, preload)
+    env = {
+        **os.environ,
+        "OTEL_SERVICE_NAME": service_name,
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": OTLP_HTTP,
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+        "OTEL_BSP_SCHEDULE_DELAY": "200",
+        "OTEL_GIL_SOCKET": socket_path,
+        "EXAMPLE_GIL_HOG": "1" if hog else "0",
+        "DJANGO_SETTINGS_MODULE": "gilsite.settings",
+        "PYTHONPATH": str(ROOT),
+    }
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    return _wait(Service(f"{framework}/{server}", proc, log, url), lambda: _http_ok(f"{url}/health"), timeout)
+
+
+def jaeger_spans(service: str, operation: Optional[str] = None, limit: int = 2000) -> list[dict]:
+    """Spans of ``service`` from Jaeger's /api/traces, each with ``tags`` as a dict."""
+    query = {"service": service, "limit": str(limit), "lookback": "1h"}
+    if operation:
+        query["operation"] = operation
+    with urllib.request.urlopen(f"{JAEGER_QUERY}/api/traces?{urllib.parse.urlencode(query)}", timeout=30) as resp:
+        data = json.load(resp)["data"]
+    spans = []
+    for trace in data:
+        for span in trace["spans"]:
+            span["tags"] = {t["key"]: t["value"] for t in span.get("tags", [])}
+            span["process"] = trace["processes"].get(span["processID"], {})
+            spans.append(span)
+    return spans
+
+
+def wait_for_spans(service: str, operation: str, count: int, timeout: float = 30) -> list[dict]:
+    """Poll Jaeger until ``count`` spans of ``operation`` arrived (exports are batched)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        spans = jaeger_spans(service, operation)
+        if len(spans) >= count or time.monotonic() > deadline:
+            return spans
+        time.sleep(0.5)

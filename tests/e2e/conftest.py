@@ -1,0 +1,46 @@
+"""End-to-end fixtures: a real Jaeger (built once, cached outside the repo) and the
+example apps under opentelemetry-instrument, exporting OTLP to it."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from helpers import stack
+
+_ports = itertools.count(18100)
+
+
+@pytest.fixture(scope="session")
+def jaeger():
+    workdir = Path(tempfile.mkdtemp(prefix="otel-gil-jaeger-"))
+    try:
+        service = stack.start_jaeger(workdir / "jaeger.log")
+    except stack.StackError as exc:
+        pytest.fail(str(exc))
+    yield service
+    service.stop()
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def app(collector, jaeger, tmp_path):
+    """app(framework, server, service_name, **options) -> a started example app, stopped after the test."""
+    started = []
+
+    def start(framework: str, server: str, service: str, **options) -> stack.Service:
+        log = tmp_path / f"{service}.log"
+        try:
+            svc = stack.start_app(framework, server, next(_ports), service, collector.address, log, **options)
+        except stack.StackError as exc:
+            pytest.fail(str(exc))
+        started.append(svc)
+        return svc
+
+    yield start
+    for svc in started:
+        svc.stop()

@@ -1,0 +1,24 @@
+"""The README's first command, shortened: its table must show GIL figures from Jaeger."""
+
+import re
+import subprocess
+import sys
+
+from helpers import ROOT
+
+ROW = re.compile(r"^GET /\w+\s+([\d.]+)ms\s+([\d.]+)ms\s+([\d.]+)ms\s+([\d.]+)%\s+(.*)$")
+
+
+def test_demo_prints_the_slowest_spans(jaeger):
+    """The demo reuses the session's Jaeger (it would start one otherwise) and runs its own collector."""
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "demo.py"), "--short"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [ROW.match(line) for line in done.stdout.splitlines()]
+    rows = [m for m in rows if m]
+    assert len(rows) == 10, done.stdout
+    for m in rows:
+        duration, wait, hold, pct = (float(g) for g in m.groups()[:4])
+        assert wait + hold <= duration * 1.01, m.group(0)
+    assert any("metrics-collector" in m.group(5) for m in rows), done.stdout
+    assert max(float(m.group(4)) for m in rows) > 30, done.stdout
