@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 # The oldest OpenTelemetry SDK we support, for the span-hook tests.
 SDK_MIN := opentelemetry-api==1.30.0 opentelemetry-sdk==1.30.0 opentelemetry-instrumentation==0.51b0
 
-.PHONY: host venv demo test test-sdk-min clean
+.PHONY: host venv matrix demo test test-sdk-min clean
 
 host:
 	scripts/setup-host.sh
@@ -24,7 +24,10 @@ venv: $(PY)
 demo: host venv
 	$(PY) scripts/demo.py
 
-test: host venv test-sdk-min
+matrix:
+	scripts/matrix-venvs.sh
+
+test: host venv matrix test-sdk-min
 	$(PY) -m pytest -ra tests
 
 .venv-sdk-min/bin/python: pyproject.toml
@@ -36,4 +39,4 @@ test-sdk-min: .venv-sdk-min/bin/python
 	PYTHONPATH=. .venv-sdk-min/bin/python -m pytest -q -p no:cacheprovider tests/unit
 
 clean:
-	rm -rf $(VENV) .venv-sdk-min build *.egg-info
+	rm -rf $(VENV) .venv-sdk-min .venv-matrix build *.egg-info

@@ -19,9 +19,12 @@ _PHDR = struct.Struct("<IIQQQQQQ")
 _SHDR = struct.Struct("<IIQQQQIIQQ")
 _SYM = struct.Struct("<IBBHQQ")
 _VERSYM = struct.Struct("<H")
+_NOTE = struct.Struct("<III")
 _SHT_SYMTAB, _SHT_DYNSYM, _SHT_GNU_VERSYM = 2, 11, 0x6FFFFFFF
 _STT_FUNC, _STT_GNU_IFUNC = 2, 10
-_PT_LOAD = 1
+_PT_LOAD, _PT_NOTE = 1, 4
+_PF_X = 1
+_NT_GNU_BUILD_ID = 3
 _VERSYM_HIDDEN = 0x8000
 MACHINES = {62: "EM_X86_64", 183: "EM_AARCH64"}
 
@@ -44,6 +47,17 @@ class ElfInfo:
     has_symtab: bool
     functions: dict[str, Symbol]  # .symtab functions, local ones included
     dynamic: dict[str, Symbol]  # .dynsym functions, default symbol version only
+    build_id: str  # hex, "" if the file has none
+    loads: tuple[tuple[int, int, int, bool], ...]  # PT_LOAD (vaddr, memsz, offset, executable)
+
+    def file_offset(self, vaddr: int) -> int:
+        for p_vaddr, p_memsz, p_offset, _ in self.loads:
+            if p_vaddr <= vaddr < p_vaddr + p_memsz:
+                return vaddr - p_vaddr + p_offset
+        raise ElfLookupError(f"address {vaddr:#x} is in no loadable segment")
+
+    def executable(self, vaddr: int) -> bool:
+        return any(v <= vaddr < v + m and x for v, m, _, x in self.loads)
 
 
 def _unpack(fmt: struct.Struct, data, offset: int) -> tuple:
@@ -63,11 +77,13 @@ def _parse(data) -> ElfInfo:
     ident, _, machine, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, _ = _unpack(_EHDR, data, 0)
     if ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
         raise ElfLookupError("not an ELF64 little-endian file")
-    loads = []
+    loads, build_id = [], ""
     for i in range(phnum):
-        p_type, _, p_offset, p_vaddr, _, _, p_memsz, _ = _unpack(_PHDR, data, phoff + i * phentsize)
+        p_type, p_flags, p_offset, p_vaddr, _, p_filesz, p_memsz, _ = _unpack(_PHDR, data, phoff + i * phentsize)
         if p_type == _PT_LOAD:
-            loads.append((p_vaddr, p_memsz, p_offset))
+            loads.append((p_vaddr, p_memsz, p_offset, bool(p_flags & _PF_X)))
+        elif p_type == _PT_NOTE and not build_id:
+            build_id = _build_id(data, p_offset, p_filesz)
     sections = [_unpack(_SHDR, data, shoff + i * shentsize) for i in range(shnum)]
     versym = next((s for s in sections if s[1] == _SHT_GNU_VERSYM), None)
 
@@ -87,14 +103,39 @@ def _parse(data) -> ElfInfo:
                     if ver & _VERSYM_HIDDEN:
                         continue  # a compat version (name@VER), not the one programs link to
                 name = _cstr(names, st_name)
-                for vaddr, memsz, off in loads:
+                for vaddr, memsz, off, _ in loads:
                     if vaddr <= st_value < vaddr + memsz:
                         out.setdefault(name, Symbol(name, st_value, st_value - vaddr + off, st_size))
                         break
         return out
 
     functions = table(_SHT_SYMTAB)
-    return ElfInfo(MACHINES.get(machine, f"EM_{machine}"), bool(functions), functions, table(_SHT_DYNSYM))
+    return ElfInfo(
+        MACHINES.get(machine, f"EM_{machine}"), bool(functions), functions, table(_SHT_DYNSYM), build_id, tuple(loads)
+    )
+
+
+def _build_id(data, offset: int, size: int) -> str:
+    """The GNU build-id in a PT_NOTE segment, as hex."""
+    end = offset + size
+    while offset + 12 <= end:
+        namesz, descsz, kind = _unpack(_NOTE, data, offset)
+        name_at = offset + 12
+        desc_at = name_at + (namesz + 3) // 4 * 4
+        if kind == _NT_GNU_BUILD_ID and data[name_at : name_at + namesz] == b"GNU\0":
+            return bytes(data[desc_at : desc_at + descsz]).hex()
+        offset = desc_at + (descsz + 3) // 4 * 4
+    return ""
+
+
+def read(path: str, offset: int, size: int) -> bytes:
+    """``size`` bytes of the file at ``offset`` (code to inspect when symbols are missing)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(size)
+    except OSError as exc:
+        raise ElfLookupError(f"cannot read {path}: {exc}") from None
 
 
 _cache: OrderedDict[tuple[int, int, int, int], ElfInfo] = OrderedDict()

@@ -26,6 +26,15 @@ static __always_inline struct gil_header *header_of(void *slots)
 	return bpf_map_lookup_elem(slots, &zero);
 }
 
+/* The current thread's id as the process sees it (its pid namespace); 0 if unknown. */
+static __always_inline u32 ns_tid(struct gil_header *h)
+{
+	struct bpf_pidns_info ns = {};
+	if (bpf_get_ns_current_pid_tgid(h->pidns_dev, h->pidns_ino, &ns, sizeof(ns)))
+		return 0;
+	return ns.pid;
+}
+
 /* The slot of tid, or NULL; never claims a free slot. */
 static __always_inline struct gil_slot *slot_find(void *slots, u32 tid)
 {
@@ -123,13 +132,15 @@ static __always_inline void on_wait(struct gil_slot *s, u64 now)
 
 int take_gil_entry(struct pt_regs *ctx)
 {
-	u64 id = bpf_get_current_pid_tgid();
-	u32 tgid = id >> 32, tid = (u32)id;
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	void *slots = procs.lookup(&tgid);
 	if (!slots)
 		return 0;
 	struct gil_header *h = header_of(slots);
 	if (!h || h->switch_cond)
+		return 0;
+	u32 tid = ns_tid(h);
+	if (!tid)
 		return 0;
 	struct gil_slot *s = slot_get(slots, h, tid);
 	if (s)
@@ -139,13 +150,15 @@ int take_gil_entry(struct pt_regs *ctx)
 
 int cond_signal(struct pt_regs *ctx)
 {
-	u64 id = bpf_get_current_pid_tgid();
-	u32 tgid = id >> 32, tid = (u32)id;
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	void *slots = procs.lookup(&tgid);
 	if (!slots)
 		return 0;
 	struct gil_header *h = header_of(slots);
 	if (!h)
+		return 0;
+	u32 tid = ns_tid(h);
+	if (!tid)
 		return 0;
 	u64 cond = PT_REGS_PARM1(ctx);
 	if (h->switch_cond == 0) {
@@ -171,13 +184,15 @@ int cond_signal(struct pt_regs *ctx)
 
 int cond_timedwait(struct pt_regs *ctx)
 {
-	u64 id = bpf_get_current_pid_tgid();
-	u32 tgid = id >> 32, tid = (u32)id;
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	void *slots = procs.lookup(&tgid);
 	if (!slots)
 		return 0;
 	struct gil_header *h = header_of(slots);
 	if (!h)
+		return 0;
+	u32 tid = ns_tid(h);
+	if (!tid)
 		return 0;
 	u64 cond = PT_REGS_PARM1(ctx);
 	if (h->switch_cond == 0) {
@@ -198,14 +213,15 @@ int cond_timedwait(struct pt_regs *ctx)
 
 RAW_TRACEPOINT_PROBE(sched_process_exit)
 {
-	u64 id = bpf_get_current_pid_tgid();
-	u32 tgid = id >> 32, tid = (u32)id;
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	void *slots = procs.lookup(&tgid);
 	if (!slots)
 		return 0;
 	struct gil_header *h = header_of(slots);
-	struct gil_slot *s = slot_find(slots, tid);
-	if (!h || !s)
+	if (!h)
+		return 0;
+	struct gil_slot *s = slot_find(slots, ns_tid(h));
+	if (!s)
 		return 0;
 	__sync_fetch_and_add(&h->exited_threads, 1);
 	__sync_fetch_and_add(&h->exited_wait_ns, s->wait_ns);

@@ -3,14 +3,15 @@
  * One BPF array per registered process, created BPF_F_MMAPABLE: entry 0 holds
  * struct gil_header, entries 1..nslots hold one struct gil_slot per thread,
  * found by tid with open addressing. Every entry is sizeof(struct gil_slot)
- * bytes. All times are CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns).
+ * bytes. All times are CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns). Thread
+ * ids are as the process sees them, in its own pid namespace (a container's).
  * tests/unit/test_layout.py compiles this file and checks both halves agree.
  */
 #ifndef OTEL_GIL_LAYOUT_H
 #define OTEL_GIL_LAYOUT_H
 
 #define GIL_MAGIC 0x004c49474c45544fULL /* "OTELGIL\0", little-endian */
-#define GIL_LAYOUT_VERSION 1
+#define GIL_LAYOUT_VERSION 2
 #define GIL_HIST_BUCKETS 32 /* bucket i counts waits in [2^i, 2^(i+1)) ns */
 #define GIL_RING_LEN 16     /* long waits kept per thread */
 #define GIL_PROBE_LEN 16    /* open-addressing window searched for a tid */
@@ -49,6 +50,8 @@ struct gil_header {
 	__u32 cond_stride;   /* &gil->switch_cond - &gil->cond for this libc */
 	__u64 long_wait_ns;
 	__u64 convoy_ns;
+	__u64 pidns_dev;     /* the process's pid namespace: tids are read in it */
+	__u64 pidns_ino;
 	__u64 gil_cond;      /* learned address of gil->cond, 0 until learned */
 	__u64 switch_cond;   /* learned address of gil->switch_cond */
 	__u32 last_release_tid;

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Optional
 
 from collector import elf
 from otel_gil import protocol
@@ -24,7 +25,9 @@ COND_STRIDE = {"EM_X86_64": 48 + 40, "EM_AARCH64": 48 + 48}
 # take_gil as compilers name it: plain, or a renamed clone (LTO, constant propagation).
 _TAKE_GIL = re.compile(r"^take_gil(\.(lto_priv|constprop|isra|part)\.\d+)*$")
 _LIBPYTHON = re.compile(r"/libpython3\.(\d+)(t?)\.so[.\d]*$")
+_FREE_THREADED_EXE = re.compile(r"/python3\.\d+t$")
 _LIBC = re.compile(r"/libc(\.so\.6|-2\.\d+\.so)$")
+_CALLER_BYTES = 256
 
 
 class UnsupportedProcess(Exception):
@@ -48,6 +51,7 @@ class ProbePlan:
     interpreter: str  # path inside the process
     probes: tuple[Probe, ...]
     cond_stride: int
+    located_by: str  # how take_gil was found
 
 
 @dataclass(frozen=True)
@@ -79,13 +83,14 @@ def _host_path(pid: int, mapping: _Mapping) -> str:
     return f"/proc/{pid}/root{mapping.path}"
 
 
-def _interpreter(pid: int, maps: list[_Mapping]) -> _Mapping:
+def _interpreter(pid: int, maps: list[_Mapping], gil_enabled: bool) -> _Mapping:
+    """The mapping holding the interpreter: libpython if loaded, else the executable."""
     for m in maps:
         match = _LIBPYTHON.search(m.path)
         if match:
-            if match.group(2):
+            if match.group(2) and not gil_enabled:
                 raise UnsupportedProcess(
-                    protocol.GIL_DISABLED, f"{m.path} is a free-threaded build (no GIL to measure)"
+                    protocol.GIL_DISABLED, f"{m.path} is a free-threaded build running without a GIL"
                 )
             return m
     try:
@@ -94,23 +99,89 @@ def _interpreter(pid: int, maps: list[_Mapping]) -> _Mapping:
         raise UnsupportedProcess(protocol.PROCESS_GONE, f"cannot read /proc/{pid}/exe: {exc.strerror}") from None
     for m in maps:
         if m.path == exe:
+            if _FREE_THREADED_EXE.search(exe) and not gil_enabled:
+                raise UnsupportedProcess(protocol.GIL_DISABLED, f"{exe} is a free-threaded build running without a GIL")
             return m
     raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, f"{exe} is not mapped by process {pid}")
 
 
-def _take_gil(info: elf.ElfInfo, where: str) -> elf.Symbol:
-    found = [sym for name, sym in info.functions.items() if _TAKE_GIL.match(name)]
-    if len(found) != 1:
-        why = "no take_gil symbol" if not found else f"{len(found)} take_gil candidates"
-        hint = "" if info.has_symtab else " (the binary is stripped: no .symtab)"
-        raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, f"{where}: {why}{hint}")
-    return found[0]
+def _take_gil_symbol(info: elf.ElfInfo) -> Optional[int]:
+    """take_gil's address from a symbol table: plain, or a renamed clone (never a .cold part)."""
+    found = [sym.address for name, sym in info.functions.items() if _TAKE_GIL.match(name)]
+    return found[0] if len(found) == 1 else None
 
 
-def plan(pid: int) -> ProbePlan:
-    """The probes that trace ``pid``'s GIL, or UnsupportedProcess saying why there are none."""
+def _call_targets(info: elf.ElfInfo, path: str, caller: elf.Symbol) -> set[int]:
+    """Targets of the call/jmp rel32 instructions that may start at any byte of ``caller``:
+    aligned, executable, unexported addresses that are no PLT stub (x86-64; a byte scan,
+    not a decoder, so the callers below cross-check each other)."""
+    code = elf.read(path, caller.offset, min(caller.size or _CALLER_BYTES, _CALLER_BYTES))
+    exported = {sym.address for sym in info.dynamic.values()}
+    targets = set()
+    for i in range(len(code) - 4):
+        if code[i] in (0xE8, 0xE9):
+            target = caller.address + i + 5 + int.from_bytes(code[i + 1 : i + 5], "little", signed=True)
+            if target % 16 == 0 and target not in exported and info.executable(target):
+                if not _is_plt_stub(elf.read(path, info.file_offset(target), 7)):
+                    targets.add(target)
+    return targets
+
+
+def _is_plt_stub(code: bytes) -> bool:
+    """``jmp *x(%rip)``, optionally after endbr64 and a bnd prefix: a PLT entry, not a function."""
+    if code.startswith(b"\xf3\x0f\x1e\xfa"):
+        code = code[4:]
+    return code.startswith(b"\xff\x25") or code.startswith(b"\xf2\xff\x25")
+
+
+def take_gil_from_callers(info: elf.ElfInfo, path: str) -> Optional[int]:
+    """take_gil in a stripped build: what ``PyEval_AcquireLock`` tail-calls, confirmed by
+    ``PyEval_RestoreThread`` calling it too (<= 3.12) when that narrows it down."""
+    if info.machine != "EM_X86_64" or "PyEval_AcquireLock" not in info.dynamic:
+        return None
+    targets = _call_targets(info, path, info.dynamic["PyEval_AcquireLock"])
+    if len(targets) > 1 and "PyEval_RestoreThread" in info.dynamic:
+        targets &= _call_targets(info, path, info.dynamic["PyEval_RestoreThread"])
+    return targets.pop() if len(targets) == 1 else None
+
+
+def _debug_file(root: str, info: elf.ElfInfo) -> Optional[elf.ElfInfo]:
+    """The separate debug file of a stripped binary, found by build-id (debuginfod layout)."""
+    if not info.build_id:
+        return None
+    path = f"{root}/usr/lib/debug/.build-id/{info.build_id[:2]}/{info.build_id[2:]}.debug"
+    try:
+        return elf.load(path) if os.path.exists(path) else None
+    except elf.ElfLookupError:
+        return None
+
+
+def locate_take_gil(info: elf.ElfInfo, path: str, root: str) -> tuple[int, str]:
+    """(file offset of take_gil, how it was found), in order: symbols, build-id debug file, callers."""
+    address = _take_gil_symbol(info)
+    how = "symbol"
+    if address is None:
+        debug = _debug_file(root, info)
+        address, how = (_take_gil_symbol(debug) if debug else None), "build-id debug file"
+    if address is None:
+        address, how = take_gil_from_callers(info, path), "PyEval_AcquireLock's call"
+    if address is None:
+        raise UnsupportedProcess(
+            protocol.UNSUPPORTED_INTERPRETER,
+            f"{path}: cannot locate take_gil (no symbol, no debug file by build-id, "
+            "no recognisable call in PyEval_AcquireLock); install the interpreter's debug symbols",
+        )
+    return info.file_offset(address), how
+
+
+def plan(pid: int, gil_enabled: bool = False) -> ProbePlan:
+    """The probes that trace ``pid``'s GIL, or UnsupportedProcess saying why there are none.
+
+    ``gil_enabled``: the process says a free-threaded build turned its GIL back on
+    (``sys._is_gil_enabled()``); believing it can only mislead that process itself.
+    """
     maps = _mapped_files(pid)
-    interp = _interpreter(pid, maps)
+    interp = _interpreter(pid, maps, gil_enabled)
     libc = next((m for m in maps if _LIBC.search(m.path)), None)
     if libc is None:
         raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, f"process {pid} has no glibc mapped (musl?)")
@@ -122,11 +193,11 @@ def plan(pid: int) -> ProbePlan:
     stride = COND_STRIDE.get(c.machine)
     if stride is None:
         raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, f"no condition-variable layout for {c.machine}")
-    take_gil = _take_gil(py, interp.path)
-    probes = [Probe(interp_path, take_gil.offset, "take_gil_entry", bootstrap=True)]
+    take_gil, how = locate_take_gil(py, interp_path, f"/proc/{pid}/root")
+    probes = [Probe(interp_path, take_gil, "take_gil_entry", bootstrap=True)]
     for name, handler in (("pthread_cond_signal", "cond_signal"), ("pthread_cond_timedwait", "cond_timedwait")):
         sym = c.dynamic.get(name)
         if sym is None:
             raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, f"{libc.path} exports no default {name}")
         probes.append(Probe(libc_path, sym.offset, handler))
-    return ProbePlan(interp.path, tuple(probes), stride)
+    return ProbePlan(interp.path, tuple(probes), stride, how)

@@ -186,14 +186,14 @@ class Server:
                     protocol.TOO_MANY_PROCESSES,
                     f"collector traces {self.tracer.max_processes} processes already (--max-processes)",
                 )
-            plan = probes.plan(pid)
+            plan = probes.plan(pid, gil_enabled=msg.get("gil_enabled") is True)
             long_wait = _bounded(msg.get("long_wait_ns"), *LONG_WAIT_NS, default=1_000_000)
             convoy = _bounded(msg.get("convoy_ns"), *CONVOY_NS, default=5_000_000)
             try:
                 traced = self.tracer.add(pid, plan, long_wait, convoy)
             except OSError as exc:
                 raise probes.UnsupportedProcess(protocol.ATTACH_FAILED, f"attaching probes failed: {exc}") from None
-            log.info("pid %d (uid %d) registered: %s", pid, uid, plan.interpreter)
+            log.info("pid %d (uid %d) registered: %s (take_gil by %s)", pid, uid, plan.interpreter, plan.located_by)
             try:
                 protocol.send(
                     conn,

@@ -62,11 +62,17 @@ class Tracer:
     def add(self, pid: int, plan: ProbePlan, long_wait_ns: int, convoy_ns: int) -> Traced:
         """Create ``pid``'s slot array, publish it to the BPF side, attach its probes."""
 
+        try:
+            pidns = os.stat(f"/proc/{pid}/ns/pid")
+        except OSError as exc:
+            raise OSError(f"cannot read the pid namespace of {pid}: {exc.strerror}") from None
+
         def init(address: int) -> None:
             h = ring.Header.from_address(address)
             h.magic, h.layout_version, h.slot_size = ring.MAGIC, ring.LAYOUT_VERSION, ring.SLOT_SIZE
             h.nslots, h.clock_id, h.pid = self.nslots, ring.CLOCK_MONOTONIC, pid
             h.cond_stride, h.long_wait_ns, h.convoy_ns = plan.cond_stride, long_wait_ns, convoy_ns
+            h.pidns_dev, h.pidns_ino = pidns.st_dev, pidns.st_ino
 
         slots = MmapableArray(f"otelgil_{pid}", ring.SLOT_SIZE, self.nslots + 1, init)
         try:

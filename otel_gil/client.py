@@ -29,6 +29,12 @@ _REPLY_TIMEOUT_S = 30.0
 _BACKOFF_S = (0.5, 30.0)
 
 
+def _gil_enabled() -> bool:
+    """False on a free-threaded build running without its GIL (3.13+)."""
+    is_enabled = getattr(sys, "_is_gil_enabled", None)
+    return True if is_enabled is None else bool(is_enabled())
+
+
 class Registration:
     """This process's link to the collector. ``ring`` is None unless ``status == "ok"``."""
 
@@ -111,6 +117,9 @@ class Registration:
 
     def _attempt(self) -> bool:
         """One registration; True when retrying cannot help."""
+        if not _gil_enabled():
+            self._set(None, protocol.GIL_DISABLED, "this interpreter runs without a GIL (free-threaded build)")
+            return True
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sock.settimeout(_REPLY_TIMEOUT_S)
         try:
@@ -123,6 +132,7 @@ class Registration:
                     "executable": sys.executable[:256],
                     "long_wait_ns": self.long_wait_ns,
                     "convoy_ns": int(sys.getswitchinterval() * 1e9),
+                    "gil_enabled": True,
                 },
             )
             reply, fds = protocol.receive(sock, max_fds=1)

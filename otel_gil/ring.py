@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Iterator, NamedTuple
 
 MAGIC = 0x004C49474C45544F
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 HIST_BUCKETS = 32
 RING_LEN = 16
 PROBE_LEN = 16
@@ -62,6 +62,8 @@ class Header(ctypes.Structure):
         ("cond_stride", _u32),
         ("long_wait_ns", _u64),
         ("convoy_ns", _u64),
+        ("pidns_dev", _u64),
+        ("pidns_ino", _u64),
         ("gil_cond", _u64),
         ("switch_cond", _u64),
         ("last_release_tid", _u32),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import NOBODY, ROOT, Sandbox, stack
+from helpers import NOBODY, ROOT, Runner, stack
 
 
 @pytest.fixture(scope="session")
@@ -38,11 +38,12 @@ def collector() -> stack.Service:
     shutil.rmtree(workdir, ignore_errors=True)
 
 
-@pytest.fixture
-def nobody() -> Sandbox:
-    """The interpreter, its site-packages and this checkout may live under /root: a
-    private mount namespace binds them under a directory nobody can read (nothing
-    on the host changes; the binds vanish with the workload)."""
+def _sandbox(pid_namespace: bool):
+    """A Runner for uid/gid nobody with no capabilities, in a private mount namespace
+    (and a pid namespace, like a container's, if asked). The interpreter, its
+    site-packages and this checkout may live under /root: they are bound under a
+    directory nobody can read; nothing on the host changes, the binds vanish with
+    the workload."""
     workdir = Path(tempfile.mkdtemp(prefix="otel-gil-nobody-"))
     os.chmod(workdir, 0o755)
     binds = {"prefix": sys.base_prefix, "site": sysconfig.get_paths()["purelib"], "repo": str(ROOT)}
@@ -53,8 +54,9 @@ def nobody() -> Sandbox:
     script.append(
         f'exec setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups --inh-caps=-all --bounding-set=-all "$@"'
     )
-    yield Sandbox(
-        prefix=("unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script), "nobody"),
+    namespaces = ("--pid", "--fork", "--mount-proc") if pid_namespace else ()
+    yield Runner(
+        prefix=("unshare", "--mount", "--propagation", "private", *namespaces, "sh", "-c", "\n".join(script), "sandbox"),
         python=str(workdir / "prefix" / "bin" / os.path.basename(os.path.realpath(sys.executable))),
         repo=workdir / "repo",
         env={
@@ -67,3 +69,14 @@ def nobody() -> Sandbox:
     for name in binds:
         (workdir / name).rmdir()
     workdir.rmdir()
+
+
+@pytest.fixture
+def nobody() -> Runner:
+    yield from _sandbox(pid_namespace=False)
+
+
+@pytest.fixture
+def container() -> Runner:
+    """nobody, in its own pid and mount namespaces: the collector sees other pids and paths."""
+    yield from _sandbox(pid_namespace=True)

@@ -7,7 +7,8 @@ import os
 import statistics
 import subprocess
 import sys
-from dataclasses import dataclass
+import sysconfig
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,24 +25,34 @@ def within(measured: float, truth: float, rel: float = 0.05, abs_ms: float = 0.5
 
 
 @dataclass
-class Sandbox:
-    """How to run a workload as uid/gid nobody with no capabilities."""
+class Runner:
+    """How to run a workload: which interpreter, inside what, with which import path."""
 
-    prefix: tuple[str, ...]
     python: str
-    repo: Path
-    env: dict
+    repo: Path = ROOT  # the checkout as the runner sees it
+    env: dict = field(default_factory=lambda: {"PYTHONPATH": str(ROOT)})
+    prefix: tuple[str, ...] = ()  # e.g. a sandbox that drops privileges
 
 
+MATRIX = ("3.9", "3.10", "3.11", "3.12", "3.13")
 
-def run_scenario(name: str, socket_path: str, *options: str, sandbox: "Sandbox | None" = None) -> dict:
+
+def interpreters() -> dict[str, Runner]:
+    """Every CPython build the figures are verified on (see README): pyenv builds with
+    symbols in .venv-matrix/ (``make matrix``), and Debian's stripped LTO+PGO python3.11."""
+    runners = {f"pyenv-{v}": Runner(str(ROOT / ".venv-matrix" / v / "bin" / "python")) for v in MATRIX}
+    site = sysconfig.get_paths()["purelib"]  # the main venv: Python 3.11, like Debian's
+    runners["debian-3.11"] = Runner("/usr/bin/python3.11", env={"PYTHONPATH": f"{ROOT}:{site}"})
+    return runners
+
+
+def run_scenario(name: str, socket_path: str, *options: str, runner: "Runner | None" = None) -> dict:
     """Run tests/workloads/scenarios.py in a new process and return its JSON report."""
-    if sandbox is None:
-        cmd = [sys.executable, str(SCENARIOS)]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    else:
-        cmd = [*sandbox.prefix, sandbox.python, str(sandbox.repo / SCENARIOS.relative_to(ROOT))]
-        env = {**os.environ, **sandbox.env}
+    runner = runner or Runner(sys.executable)
+    if not os.path.exists(runner.python) and not runner.prefix:
+        raise AssertionError(f"{runner.python} is missing: run 'make matrix' (or 'make test') first")
+    cmd = [*runner.prefix, runner.python, str(runner.repo / SCENARIOS.relative_to(ROOT))]
+    env = {**os.environ, **runner.env}
     done = subprocess.run([*cmd, name, socket_path, *options], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, f"{cmd} failed:\n{done.stderr}"
     report = json.loads(done.stdout)

@@ -5,9 +5,22 @@ from helpers import run_scenario, span, within
 
 
 def test_nobody_gets_figures(collector, nobody):
-    report = run_scenario("hog", collector.address, "--bursts", "5", "--burst-ms", "40", sandbox=nobody)
+    report = run_scenario("hog", collector.address, "--bursts", "5", "--burst-ms", "40", runner=nobody)
     assert report["uid"] == 65534
     victim = span(report, "victim")["attributes"]
     assert "gil.status" not in victim, report["stderr"]
     assert within(victim["gil.wait_ms"], report["truth"]["victim_wait_ns"] / 1e6), victim
     assert f"pid {report['pid']} (uid 65534) registered" in collector.log_text()
+
+
+def test_container_pid_and_mount_namespaces(collector, container):
+    """The app sees itself as a low pid in its own namespace and its interpreter at a path
+    that exists only there: identity comes from SO_PEERCRED, files from /proc/<pid>/root."""
+    report = run_scenario("hog", collector.address, "--bursts", "5", "--burst-ms", "40", runner=container)
+    assert report["pid"] < 10  # as the app sees itself
+    victim = span(report, "victim")["attributes"]
+    assert "gil.status" not in victim, report["stderr"]
+    assert within(victim["gil.wait_ms"], report["truth"]["victim_wait_ns"] / 1e6), victim
+    host_pid = report["pid_seen_by_collector"]
+    assert host_pid != report["pid"]
+    assert f"pid {host_pid} (uid 65534) registered: {container.repo.parent}/prefix/lib/" in collector.log_text()

@@ -93,14 +93,33 @@ def convoy(tracer, args) -> dict:
     return {"reads": args.reads, "switch_interval_ms": sys.getswitchinterval() * 1000}
 
 
+def syscalls(tracer, args) -> dict:
+    """One thread, no contention: os.stat and os.read release and re-take the GIL (on
+    LTO builds through inlined copies of drop_gil), a PyDLL usleep holds it for a known
+    time. Truth: 2 acquisitions per iteration; hold = the usleeps (measured) + a little Python."""
+    fd = os.open("/dev/zero", os.O_RDONLY)
+    held = 0
+    with tracer.start_as_current_span("syscalls"):
+        for _ in range(args.iterations):
+            os.stat("/")
+            os.read(fd, 1)
+            t0 = time.monotonic_ns()
+            _gil_holding_libc.usleep(args.hold_us)
+            held += time.monotonic_ns() - t0
+    os.close(fd)
+    return {"acquisitions": 2 * args.iterations, "usleep_hold_ns": held}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["hog", "convoy"])
+    parser.add_argument("scenario", choices=["hog", "convoy", "syscalls"])
     parser.add_argument("socket")
     parser.add_argument("--bursts", type=int, default=10)
     parser.add_argument("--burst-ms", type=int, default=50)
     parser.add_argument("--gap-ms", type=int, default=5)
     parser.add_argument("--reads", type=int, default=100)
+    parser.add_argument("--iterations", type=int, default=500)
+    parser.add_argument("--hold-us", type=int, default=200)
     args = parser.parse_args()
 
     exporter = InMemorySpanExporter()
@@ -108,7 +127,7 @@ def main() -> None:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     GilInstrumentor().instrument(tracer_provider=provider, socket_path=args.socket, register_timeout_s=20)
     tracer = provider.get_tracer("scenarios")
-    truth = {"hog": hog_and_victim, "convoy": convoy}[args.scenario](tracer, args)
+    truth = {"hog": hog_and_victim, "convoy": convoy, "syscalls": syscalls}[args.scenario](tracer, args)
     spans = [
         {
             "name": s.name,
@@ -118,7 +137,15 @@ def main() -> None:
         }
         for s in exporter.get_finished_spans()
     ]
-    json.dump({"pid": os.getpid(), "uid": os.getuid(), "truth": truth, "spans": spans}, sys.stdout)
+    ring = GilInstrumentor._registration.ring
+    report = {
+        "pid": os.getpid(),
+        "pid_seen_by_collector": ring.header.pid if ring else None,
+        "uid": os.getuid(),
+        "truth": truth,
+        "spans": spans,
+    }
+    json.dump(report, sys.stdout)
 
 
 if __name__ == "__main__":
