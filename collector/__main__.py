@@ -7,12 +7,14 @@ shared-memory view of its own per-thread GIL figures.
 Examples:
     sudo otel-gil-collector
     sudo otel-gil-collector --socket /tmp/otel-gil.sock -v
+    sudo otel-gil-collector --socket-group www-data   # only that group's apps may register
     sudo /usr/bin/python3 -m collector --socket /run/otel-gil/otel-gil.sock
 """
 
 from __future__ import annotations
 
 import argparse
+import grp
 import logging
 import os
 import platform
@@ -95,6 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-processes", type=int, default=1024, help="registered processes at once (default 1024)"
     )
+    parser.add_argument(
+        "--socket-group",
+        help="only this group may register (socket mode 0660); default: any local user (0666), "
+        "each process only ever gets its own figures",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every registration detail")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -103,6 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not 16 <= args.max_threads <= 65536 or not 1 <= args.max_processes <= 65536:
         parser.error("--max-threads must be in 16..65536 and --max-processes in 1..65536")
+    group = None
+    if args.socket_group is not None:
+        try:
+            group = grp.getgrnam(args.socket_group).gr_gid
+        except KeyError:
+            parser.error(f"--socket-group: no group named {args.socket_group!r}")
     try:
         _check_privileges()
         _import_bcc()
@@ -119,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     except PreflightError as exc:
         print(exc.code if isinstance(exc.code, str) else exc, file=sys.stderr)
         return 2
-    server = Server(args.socket, tracer)
+    server = Server(args.socket, tracer, 0o666 if group is None else 0o660, group)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: server.stop())
     log.info("listening on %s", args.socket)

@@ -10,6 +10,7 @@ import socket
 import struct
 import time
 from dataclasses import dataclass, field
+from typing import Optional
 
 from collector import probes
 from collector.tracer import Traced, Tracer
@@ -19,7 +20,8 @@ log = logging.getLogger("otel_gil.collector")
 
 SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", 77)  # Linux >= 6.5
 HELLO_TIMEOUT_S = 5.0
-MAX_PENDING = 128
+MAX_PENDING = 1024
+MAX_PENDING_PER_UID = 16  # one user's silent connections cannot lock others out
 LONG_WAIT_NS = (50_000, 10_000_000_000)  # accepted range of a client's threshold
 CONVOY_NS = (1_000, 10_000_000_000)
 _TICK_S = 0.1
@@ -28,6 +30,7 @@ _TICK_S = 0.1
 @dataclass
 class _Pending:
     conn: socket.socket
+    uid: int
     deadline: float
 
 
@@ -57,21 +60,41 @@ def _bounded(value: object, lo: int, hi: int, default: int) -> int:
     return min(max(value, lo), hi)
 
 
+@dataclass(frozen=True)
+class Hello:
+    """What the collector takes from a client's hello: tuning, never identity."""
+
+    long_wait_ns: int
+    convoy_ns: int
+    gil_enabled: bool
+
+
+def parse_hello(msg: dict) -> Hello:
+    """Validate a decoded hello; out-of-range or mistyped values fall back to defaults."""
+    if msg.get("op") != "hello":
+        raise protocol.ProtocolError(f"expected a hello, got op={str(msg.get('op'))[:32]!r}")
+    return Hello(
+        _bounded(msg.get("long_wait_ns"), *LONG_WAIT_NS, default=1_000_000),
+        _bounded(msg.get("convoy_ns"), *CONVOY_NS, default=5_000_000),
+        msg.get("gil_enabled") is True,
+    )
+
+
 class Server:
     """Single-threaded: every message is one datagram, so no client can stall the loop."""
 
-    def __init__(self, path: str, tracer: Tracer, mode: int = 0o666) -> None:
+    def __init__(self, path: str, tracer: Tracer, mode: int = 0o666, group: Optional[int] = None) -> None:
         self.path = path
         self.tracer = tracer
         self._sel = selectors.DefaultSelector()
         self._pending: dict[int, _Pending] = {}
         self._clients: dict[int, _Client] = {}  # by pid
         self._running = True
-        self._listener = self._listen(path, mode)
+        self._listener = self._listen(path, mode, group)
         self._sel.register(self._listener, selectors.EVENT_READ, self._accept)
 
     @staticmethod
-    def _listen(path: str, mode: int) -> socket.socket:
+    def _listen(path: str, mode: int, group: Optional[int]) -> socket.socket:
         os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -86,6 +109,8 @@ class Server:
             os.unlink(path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sock.bind(path)
+        if group is not None:
+            os.chown(path, -1, group)
         os.chmod(path, mode)
         sock.listen(64)
         sock.setblocking(False)
@@ -97,8 +122,21 @@ class Server:
     def serve(self) -> None:
         while self._running:
             for key, _ in self._sel.select(_TICK_S):
-                key.data(key.fileobj)
+                try:
+                    key.data(key.fileobj)
+                except Exception:  # one client's trouble never stops the others being served
+                    log.exception("handling %s failed; dropping it", key.fileobj)
+                    self._forget(key.fileobj)
             self._tick()
+
+    def _forget(self, fileobj) -> None:
+        fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
+        if fd in self._pending:
+            self._close_pending(fd)
+            return
+        for pid, client in list(self._clients.items()):
+            if fd in (client.pidfd, client.conn.fileno()):
+                self._drop(pid, "failed")
 
     def close(self) -> None:
         for pid in list(self._clients):
@@ -125,12 +163,13 @@ class Server:
             conn, _ = listener.accept()
         except OSError:
             return
-        if len(self._pending) >= MAX_PENDING:
-            log.warning("too many connections waiting for a hello; refusing one")
+        uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+        if len(self._pending) >= MAX_PENDING or sum(p.uid == uid for p in self._pending.values()) >= MAX_PENDING_PER_UID:
+            log.warning("uid %d has too many connections waiting for a hello; refusing one", uid)
             conn.close()
             return
         conn.setblocking(False)
-        self._pending[conn.fileno()] = _Pending(conn, time.monotonic() + HELLO_TIMEOUT_S)
+        self._pending[conn.fileno()] = _Pending(conn, uid, time.monotonic() + HELLO_TIMEOUT_S)
         self._sel.register(conn, selectors.EVENT_READ, self._hello)
 
     def _close_pending(self, fd: int) -> None:
@@ -175,8 +214,7 @@ class Server:
         self._sel.register(conn, selectors.EVENT_READ, lambda c: self._client_readable(client.pid, c))
 
     def _register(self, conn: socket.socket, msg: dict) -> _Client:
-        if msg.get("op") != "hello":
-            raise protocol.ProtocolError(f"expected a hello, got op={msg.get('op')!r}")
+        hello = parse_hello(msg)
         pid, uid, pidfd = _peer(conn)
         try:
             if pid in self._clients:
@@ -186,11 +224,9 @@ class Server:
                     protocol.TOO_MANY_PROCESSES,
                     f"collector traces {self.tracer.max_processes} processes already (--max-processes)",
                 )
-            plan = probes.plan(pid, gil_enabled=msg.get("gil_enabled") is True)
-            long_wait = _bounded(msg.get("long_wait_ns"), *LONG_WAIT_NS, default=1_000_000)
-            convoy = _bounded(msg.get("convoy_ns"), *CONVOY_NS, default=5_000_000)
+            plan = probes.plan(pid, gil_enabled=hello.gil_enabled)
             try:
-                traced = self.tracer.add(pid, plan, long_wait, convoy)
+                traced = self.tracer.add(pid, plan, hello.long_wait_ns, hello.convoy_ns)
             except OSError as exc:
                 raise probes.UnsupportedProcess(protocol.ATTACH_FAILED, f"attaching probes failed: {exc}") from None
             log.info("pid %d (uid %d) registered: %s (take_gil by %s)", pid, uid, plan.interpreter, plan.located_by)

@@ -7,6 +7,7 @@ import ctypes
 import logging
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,6 +59,9 @@ class Tracer:
         }
         self.traced: dict[int, Traced] = {}
         self._uprobes: dict[str, int] = {}  # event name -> perf event fd
+        # Closing a uprobe waits for an RCU grace period (~100 ms here): done off the
+        # server's thread and in parallel, after the BPF side already ignores the pid.
+        self._detacher = ThreadPoolExecutor(max_workers=8, thread_name_prefix="detach")
 
     def add(self, pid: int, plan: ProbePlan, long_wait_ns: int, convoy_ns: int) -> Traced:
         """Create ``pid``'s slot array, publish it to the BPF side, attach its probes."""
@@ -105,11 +109,9 @@ class Tracer:
         return name.decode()
 
     def _detach(self, name: str) -> None:
-        from bcc import lib
-
         fd = self._uprobes.pop(name, None)
-        if fd is not None and lib.bpf_close_perf_event_fd(fd) < 0:
-            log.warning("closing uprobe %s failed", name)
+        if fd is not None:
+            self._detacher.submit(_close_uprobe, name, fd)
 
     def finish_bootstrap(self) -> None:
         """Detach bootstrap probes of processes whose condition variables are learned."""
@@ -127,16 +129,24 @@ class Tracer:
             self._release(traced)
 
     def _release(self, traced: Traced) -> None:
+        try:
+            del self._procs[ctypes.c_uint(traced.pid)]  # from now on the BPF side ignores the pid
+        except KeyError:
+            pass
         for name in traced.events:
             self._detach(name)
         traced.events.clear()
-        try:
-            del self._procs[ctypes.c_uint(traced.pid)]
-        except KeyError:
-            pass
         traced.slots.close()  # the map lives on while the client still maps it
 
     def close(self) -> None:
         for pid in list(self.traced):
             self.remove(pid)
+        self._detacher.shutdown(wait=True)
         self._bpf.cleanup()
+
+
+def _close_uprobe(name: str, fd: int) -> None:
+    from bcc import lib
+
+    if lib.bpf_close_perf_event_fd(fd) < 0:
+        log.warning("closing uprobe %s failed", name)

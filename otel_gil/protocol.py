@@ -66,8 +66,8 @@ def decode(data: bytes) -> dict:
         raise ProtocolError(f"length field says {length} B, payload has {len(data) - _HEADER.size} B")
     try:
         payload = json.loads(data[_HEADER.size :].decode())
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ProtocolError(f"payload is not JSON: {exc}") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ProtocolError(f"payload is not JSON: {str(exc)[:100]}") from None
     if not isinstance(payload, dict):
         raise ProtocolError("payload is not a JSON object")
     return payload

@@ -69,3 +69,9 @@ def test_version_mismatch_has_its_own_code():
 def test_oversized_payload_is_refused_before_sending():
     with pytest.raises(protocol.ProtocolError):
         protocol.encode({"x": "y" * protocol.MAX_MESSAGE})
+
+
+def test_deeply_nested_json_is_a_protocol_error_not_a_crash():
+    body = b"[" * 4000
+    with pytest.raises(protocol.ProtocolError, match="not JSON"):
+        protocol.decode(b"OGIL" + struct.pack("!HHI", 1, 0, len(body)) + body)

@@ -110,9 +110,38 @@ def syscalls(tracer, args) -> dict:
     return {"acquisitions": 2 * args.iterations, "usleep_hold_ns": held}
 
 
+def churn(tracer, args) -> dict:
+    """Many short threads (tids get reused): each holds the GIL 100 us inside its span."""
+    def work() -> None:
+        with tracer.start_as_current_span("short") as span:
+            t0 = time.monotonic_ns()
+            _gil_holding_libc.usleep(100)
+            span.set_attribute("truth.hold_ns", time.monotonic_ns() - t0)
+
+    for _ in range(args.threads // args.batch):
+        batch = [threading.Thread(target=work) for _ in range(args.batch)]
+        for t in batch:
+            t.start()
+        for t in batch:
+            t.join()
+    ring = GilInstrumentor._registration.ring
+    return {"threads": args.threads, "slot_overflows": ring.header.slot_overflows if ring else None}
+
+
+def service(tracer, args) -> dict:
+    """A long-running app: a span every 20 ms, each holding the GIL 1 ms, for a while;
+    prints progress lines so a test can kill and restart the collector meanwhile."""
+    deadline = time.monotonic() + args.seconds
+    while time.monotonic() < deadline:
+        with tracer.start_as_current_span("tick"):
+            _gil_holding_libc.usleep(1000)
+        time.sleep(0.02)
+    return {}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["hog", "convoy", "syscalls"])
+    parser.add_argument("scenario", choices=["hog", "convoy", "syscalls", "churn", "service"])
     parser.add_argument("socket")
     parser.add_argument("--bursts", type=int, default=10)
     parser.add_argument("--burst-ms", type=int, default=50)
@@ -120,6 +149,9 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=100)
     parser.add_argument("--iterations", type=int, default=500)
     parser.add_argument("--hold-us", type=int, default=200)
+    parser.add_argument("--threads", type=int, default=10_000)
+    parser.add_argument("--batch", type=int, default=100, help="churn: threads alive at once")
+    parser.add_argument("--seconds", type=float, default=8.0)
     args = parser.parse_args()
 
     exporter = InMemorySpanExporter()
@@ -127,13 +159,15 @@ def main() -> None:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     GilInstrumentor().instrument(tracer_provider=provider, socket_path=args.socket, register_timeout_s=20)
     tracer = provider.get_tracer("scenarios")
-    truth = {"hog": hog_and_victim, "convoy": convoy, "syscalls": syscalls}[args.scenario](tracer, args)
+    scenarios = {"hog": hog_and_victim, "convoy": convoy, "syscalls": syscalls, "churn": churn, "service": service}
+    truth = scenarios[args.scenario](tracer, args)
     spans = [
         {
             "name": s.name,
             "attributes": dict(s.attributes),
             "events": [{"name": e.name, "timestamp": e.timestamp, "attributes": dict(e.attributes)} for e in s.events],
             "duration_ns": s.end_time - s.start_time,
+            "start_ns": s.start_time,
         }
         for s in exporter.get_finished_spans()
     ]

@@ -1,0 +1,218 @@
+"""Hostile clients, churn and faults: the collector neither crashes nor leaks, apps
+never break, figures stay right."""
+
+import os
+import random
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, run_scenario, stack
+from otel_gil import protocol
+
+FUZZ = ROOT / "tests" / "fuzz"
+
+
+def collector_fds(collector) -> dict[str, int]:
+    """The collector's open fds by kind: perf events (uprobes), BPF maps and programs, sockets, ..."""
+    kinds: dict[str, int] = {}
+    for fd in os.listdir(f"/proc/{collector.proc.pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{collector.proc.pid}/fd/{fd}")
+        except OSError:
+            continue
+        kind = target.split(":", 1)[-1] if target.startswith("anon_inode:") else target.split(":", 1)[0]
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return kinds
+
+
+def settled(collector, baseline: dict, timeout: float = 20) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        now = collector_fds(collector)
+        if all(now.get(k, 0) <= v for k, v in baseline.items()):
+            return now
+        time.sleep(0.2)
+    return collector_fds(collector)
+
+
+def honest_registration(path: str) -> dict:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
+        sock.settimeout(10)
+        sock.connect(path)
+        protocol.send(sock, {"op": "hello"})
+        reply, fds = protocol.receive(sock, max_fds=1)
+    for fd in fds:
+        os.close(fd)
+    return reply
+
+
+@pytest.mark.parametrize("target, runs", [("fuzz_protocol.py", 100_000), ("fuzz_elf.py", 5_000)])
+def test_coverage_guided_fuzzing(tmp_path, target, runs):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "hello").write_bytes(protocol.encode({"op": "hello", "long_wait_ns": 1000000, "gil_enabled": True}))
+    (corpus / "elf").write_bytes(Path("/usr/bin/true").read_bytes())
+    done = subprocess.run(
+        [sys.executable, str(FUZZ / target), f"-runs={runs}", "-max_len=40000", str(corpus)],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"Done {runs} runs" in done.stderr
+
+
+HONEST = r"""
+import socket, sys
+from otel_gil import protocol
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.settimeout(10); s.connect(sys.argv[1])
+protocol.send(s, {"op": "hello"}); reply, fds = protocol.receive(s, 1)
+sys.exit(0 if reply.get("ok") else 1)
+"""
+
+
+def test_garbage_over_the_socket(collector, nobody):
+    """Malformed datagrams of every kind, fds passed in, a flood of silent connections:
+    the collector answers each, keeps nothing, and still serves an honest client of
+    another user at once (silent connections are capped per uid)."""
+    rng = random.Random(7946)
+    valid = protocol.encode({"op": "hello"})
+    baseline = collector_fds(collector)
+    r, w = os.pipe()
+    sent = 0
+    for i in range(500):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
+            sock.settimeout(10)
+            sock.connect(collector.address)
+            kind = i % 5
+            if kind == 0:
+                data = rng.randbytes(rng.randrange(0, 5000))
+            elif kind == 1:
+                data = bytearray(valid)
+                for _ in range(rng.randrange(1, 6)):
+                    data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+                data = bytes(data)
+            elif kind == 2:
+                data = valid[: rng.randrange(len(valid))]
+            elif kind == 3:
+                body = rng.choice([b"[" * 3000, b'{"op":"hello","long_wait_ns":' + b"9" * 3000 + b"}", b"null"])
+                data = b"OGIL" + struct.pack("!HHI", 1, 0, len(body)) + body
+            else:
+                data = valid
+            ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", r))] if i % 2 else []
+            sock.sendmsg([data], ancillary)
+            sent += 1
+            try:
+                reply, fds = protocol.receive(sock, max_fds=1)
+                for fd in fds:
+                    os.close(fd)
+                assert "ok" in reply
+            except (ConnectionResetError, protocol.ProtocolError):
+                pass
+    os.close(r)
+    os.close(w)
+    silent = [socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) for _ in range(40)]
+    for s in silent:
+        try:
+            s.connect(collector.address)
+        except OSError:
+            pass
+    try:
+        honest = subprocess.run([*nobody.prefix, nobody.python, "-c", HONEST, collector.address],
+                                capture_output=True, text=True, timeout=60, env={**os.environ, **nobody.env})
+        assert honest.returncode == 0, honest.stderr
+    finally:
+        for s in silent:
+            s.close()
+    assert honest_registration(collector.address)["ok"]  # and root again, once its silent ones are gone
+    assert collector.proc.poll() is None
+    after = settled(collector, baseline)
+    assert all(after.get(k, 0) <= v for k, v in baseline.items()), (baseline, after)
+    assert sent == 500
+
+
+CYCLE = r"""
+import os, socket, sys
+from otel_gil import protocol
+for _ in range(int(sys.argv[2])):
+    pid = os.fork()
+    if pid == 0:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.connect(sys.argv[1])
+        protocol.send(s, {"op": "hello"}); reply, fds = protocol.receive(s, 1)
+        os._exit(0 if reply.get("ok") else 1)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0, status
+"""
+
+
+def test_thousand_register_exit_cycles_leak_nothing(collector):
+    baseline = collector_fds(collector)
+    done = subprocess.run([sys.executable, "-c", CYCLE, collector.address, "1000"], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    after = settled(collector, baseline, timeout=60)
+    assert all(after.get(k, 0) <= v for k, v in baseline.items()), (baseline, after)
+    assert after.get("[perf_event]", 0) == baseline.get("[perf_event]", 0)
+
+
+def test_thread_churn_keeps_every_span_right(collector):
+    """10,000 short threads, 100 at a time (tids get reused), then 1,000 threads at once."""
+    for threads, batch in ((10_000, 100), (1_000, 1_000)):
+        report = run_scenario("churn", collector.address, "--threads", str(threads), "--batch", str(batch))
+        spans = report["spans"]
+        assert len(spans) == threads
+        assert report["truth"]["slot_overflows"] == 0
+        excess = []
+        for s in spans:
+            a = s["attributes"]
+            assert "gil.status" not in a, a
+            excess.append(a["gil.hold_ms"] - a["truth.hold_ns"] / 1e6)
+        assert min(excess) >= -0.01  # a span never holds less than its PyDLL call did
+        assert statistics.median(excess) < 0.2
+
+
+def test_kill_9_and_restart_of_the_collector():
+    """The app keeps running and logs once; spans say why they lack figures; after a
+    restart the app re-registers by itself and figures resume."""
+    work = Path(tempfile.mkdtemp(prefix="otel-gil-restart-"))
+    sock = str(work / "gil.sock")
+    first = stack.start_collector(sock, work / "first.log")
+    app = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "workloads" / "scenarios.py"), "service", sock, "--seconds", "12"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        time.sleep(3)
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait()
+        time.sleep(2)
+        second = stack.start_collector(sock, work / "second.log")
+        try:
+            out, err = app.communicate(timeout=60)
+        finally:
+            second.stop()
+    finally:
+        if app.poll() is None:
+            app.kill()
+    assert app.returncode == 0, err
+    import json
+
+    spans = sorted(json.loads(out)["spans"], key=lambda s: s["start_ns"])
+    phases = ["ok" if "gil.hold_ms" in s["attributes"] else s["attributes"]["gil.status"] for s in spans]
+    assert phases[0] == "ok" and phases[-1] == "ok", phases
+    gaps = [p for p in phases if p != "ok"]
+    assert gaps and set(gaps) <= {"no_collector", "collector_changed"}, set(gaps)
+    resumed = phases[len(phases) - phases[::-1].index(gaps[-1]):]
+    assert len(resumed) > 20
+    holds = [s["attributes"]["gil.hold_ms"] for s in spans[-20:]]
+    assert 0.9 <= statistics.median(holds) <= 1.5, holds  # 1 ms PyDLL call each
+    warnings = [line for line in err.splitlines() if "no GIL figures" in line]
+    assert len(warnings) == 1, err
+    assert "registered" in (work / "second.log").read_text()
