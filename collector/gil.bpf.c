@@ -223,14 +223,17 @@ RAW_TRACEPOINT_PROBE(sched_process_exit)
 	struct gil_slot *s = slot_find(slots, ns_tid(h));
 	if (!s)
 		return 0;
-	__sync_fetch_and_add(&h->exited_threads, 1);
-	__sync_fetch_and_add(&h->exited_wait_ns, s->wait_ns);
-	__sync_fetch_and_add(&h->exited_hold_ns, s->hold_ns);
-	__sync_fetch_and_add(&h->exited_acquisitions, s->acquisitions);
-	__sync_fetch_and_add(&h->exited_convoy_waits, s->convoy_waits);
+	u64 wait = s->wait_ns, hold = s->hold_ns, acquisitions = s->acquisitions, convoy = s->convoy_waits;
+	/* Free the slot before the header shows the totals: a reader that reads the
+	 * header first, then the slots, never counts this thread twice. */
 	__sync_fetch_and_add(&s->seq, 1);
 	s->flags = 0;
 	s->tid = 0;
 	__sync_fetch_and_add(&s->seq, 1);
+	__sync_fetch_and_add(&h->exited_wait_ns, wait);
+	__sync_fetch_and_add(&h->exited_hold_ns, hold);
+	__sync_fetch_and_add(&h->exited_acquisitions, acquisitions);
+	__sync_fetch_and_add(&h->exited_convoy_waits, convoy);
+	__sync_fetch_and_add(&h->exited_threads, 1);
 	return 0;
 }

@@ -1,8 +1,13 @@
-"""What the example services do, shared by the Flask and Django apps.
+"""What the example services do, shared by the Flask and the Django app.
 
-The culprit of "Is it me, or the GIL?": a background ``metrics-collector`` thread
-that, on a timer, crunches numbers in pure Python and so holds the GIL. Every
-request thread that blocks on I/O must then wait for the GIL to come back.
+The routes' work (``io_bound``, ``cpu_bound``, ``slow_c``) and the culprit of the
+"Is it me, or the GIL?" talk: a background ``metrics-collector`` thread that, on a
+timer, crunches numbers in pure Python and so holds the GIL. Every request thread
+that comes back from a blocking call must then wait for the GIL.
+
+The hog starts lazily, on a process's first request (``ensure_hog``), so that each
+worker of a pre-fork server runs its own, also with ``gunicorn --preload``
+(threads do not survive ``fork``), and a gunicorn master never runs one.
 
 Environment: ``EXAMPLE_GIL_HOG=0`` switches the hog off; ``EXAMPLE_HOG_BUSY_MS``
 (default 40) and ``EXAMPLE_HOG_PERIOD_MS`` (default 50) shape it.
@@ -15,52 +20,68 @@ import os
 import threading
 import time
 
-_hog_pid = 0
+HOG_THREAD_NAME = "metrics-collector"
+
+_hog_pid = 0  # the process whose hog runs: a forked child has a different pid
 _hog_lock = threading.Lock()
-_gil_holding_libc = ctypes.PyDLL(None)  # calls through PyDLL keep the GIL
+_gil_holding_libc = ctypes.PyDLL(None)  # unlike ctypes.CDLL, calls through PyDLL keep the GIL
 
 
-def _env_ms(name: str, default: float) -> float:
-    return float(os.environ.get(name, default)) / 1000
+def _env_seconds(name: str, default_ms: float) -> float:
+    """A duration given in milliseconds by environment variable ``name``, in seconds."""
+    return float(os.environ.get(name, default_ms)) / 1000
 
 
-def _metrics_collector() -> None:
-    busy, period = _env_ms("EXAMPLE_HOG_BUSY_MS", 40), _env_ms("EXAMPLE_HOG_PERIOD_MS", 50)
+def _crunch() -> int:
+    """A few microseconds of pure-Python arithmetic: the GIL is held throughout."""
+    return sum(i * i for i in range(100))
+
+
+def _metrics_collector(busy: float, period: float) -> None:
+    """Every ``period`` seconds, aggregate "metrics" in pure Python for ``busy`` seconds."""
+    next_round = time.monotonic()
     while True:
-        start = time.monotonic()
-        total = 0
-        while time.monotonic() - start < busy:  # "aggregating metrics": pure Python
-            total += sum(i * i for i in range(200))
-        time.sleep(max(period - busy, 0.001))
+        until = next_round + busy
+        while time.monotonic() < until:
+            _crunch()
+        next_round += period
+        time.sleep(max(next_round - time.monotonic(), 0.001))
 
 
 def ensure_hog() -> None:
-    """Start the hog once per process (a forked worker starts its own)."""
+    """Start this process's ``metrics-collector`` thread unless it runs (or ``EXAMPLE_GIL_HOG=0``)."""
     global _hog_pid
-    if os.environ.get("EXAMPLE_GIL_HOG", "1") == "0" or _hog_pid == os.getpid():
+    if _hog_pid == os.getpid() or os.environ.get("EXAMPLE_GIL_HOG", "1") == "0":
         return
     with _hog_lock:
         if _hog_pid != os.getpid():
-            threading.Thread(target=_metrics_collector, name="metrics-collector", daemon=True).start()
+            busy, period = _env_seconds("EXAMPLE_HOG_BUSY_MS", 40), _env_seconds("EXAMPLE_HOG_PERIOD_MS", 50)
+            threading.Thread(target=_metrics_collector, args=(busy, period), name=HOG_THREAD_NAME, daemon=True).start()
             _hog_pid = os.getpid()
 
 
 def io_bound() -> str:
-    """Ten short blocking waits (like small DB queries): each gives the GIL up."""
+    """Ten 2 ms blocking waits, like small database queries: each gives the GIL up."""
     for _ in range(10):
         time.sleep(0.002)
-    return "io done"
+    return "io done\n"
 
 
 def cpu_bound() -> str:
-    """About 20 ms of pure-Python work."""
-    start, n = time.monotonic(), 0
-    while time.monotonic() - start < 0.02:
-        n += sum(i * i for i in range(100))
-    return f"cpu done ({n})"
+    """20 ms of this thread's CPU time in pure Python: longer in wall time when the GIL is contended."""
+    until, rounds = time.thread_time() + 0.02, 0
+    while time.thread_time() < until:
+        _crunch()
+        rounds += 1
+    return f"cpu done ({rounds} rounds)\n"
 
 
 def slow_c() -> str:
-    """A slow C call that does not release the GIL (20 ms)."""
+    """A 20 ms C call that does not release the GIL: everyone else waits."""
     _gil_holding_libc.usleep(20_000)
-    return "slow C call done"
+    return "slow C call done\n"
+
+
+def health() -> str:
+    """The liveness answer."""
+    return "ok\n"

@@ -7,15 +7,17 @@ import os
 from typing import Collection, Optional
 
 import wrapt
-from opentelemetry import trace
+from opentelemetry import metrics, trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.instrumentation.utils import unwrap
 from opentelemetry.sdk.trace import Span
 
 from otel_gil.client import Registration
 from otel_gil.environment_variables import OTEL_GIL_LONG_WAIT_MS, OTEL_GIL_REGISTER_TIMEOUT_S
+from otel_gil.metrics import GilMetrics
 from otel_gil.package import _instruments
 from otel_gil.spans import GilSpanProcessor, end_wrapper
+from otel_gil.version import __version__
 
 log = logging.getLogger("otel_gil")
 
@@ -35,7 +37,7 @@ class GilInstrumentor(BaseInstrumentor):
     """Puts GIL wait and hold time on every span.
 
     Kwargs of ``instrument()``: ``tracer_provider`` (default: the global one, which
-    must be the SDK's), ``socket_path`` (default ``$OTEL_GIL_SOCKET``),
+    must be the SDK's), ``meter_provider`` (default: the global one), ``socket_path`` (default ``$OTEL_GIL_SOCKET``),
     ``long_wait_ms`` and ``register_timeout_s`` (defaults from the environment).
     """
 
@@ -57,7 +59,8 @@ class GilInstrumentor(BaseInstrumentor):
         timeout = kwargs.get("register_timeout_s", _env_float(OTEL_GIL_REGISTER_TIMEOUT_S, 2.0))
         registration = Registration(kwargs.get("socket_path"), int(long_wait_ms * 1e6), timeout)
         registration.start()
-        processor = GilSpanProcessor(registration)
+        meter = metrics.get_meter(__name__, __version__, kwargs.get("meter_provider"))
+        processor = GilSpanProcessor(registration, GilMetrics(registration, meter))
         provider.add_span_processor(processor)
         wrapt.wrap_function_wrapper(Span, "end", end_wrapper)
         GilInstrumentor._registration, GilInstrumentor._processor = registration, processor

@@ -9,9 +9,11 @@ import time
 from typing import Optional
 
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import SpanKind
 
 from otel_gil import ring as ringlib
 from otel_gil.client import REGISTERED, Registration
+from otel_gil.metrics import GilMetrics
 
 log = logging.getLogger("otel_gil")
 
@@ -24,9 +26,9 @@ _local = threading.local()
 class _Start:
     """What a span needs at its end: where it started and the counters then."""
 
-    __slots__ = ("registration", "ring", "generation", "tid", "mono_ns", "wall_ns", "counters", "status")
+    __slots__ = ("registration", "ring", "generation", "tid", "mono_ns", "wall_ns", "counters", "status", "metrics")
 
-    def __init__(self, registration, ring, generation, tid, mono_ns, wall_ns, counters, status) -> None:
+    def __init__(self, registration, ring, generation, tid, mono_ns, wall_ns, counters, status, metrics=None) -> None:
         self.registration = registration
         self.ring = ring
         self.generation = generation
@@ -35,6 +37,7 @@ class _Start:
         self.wall_ns = wall_ns
         self.counters = counters
         self.status = status
+        self.metrics = metrics
 
 
 def _thread_tid(generation: int) -> list:
@@ -148,15 +151,18 @@ def figures(start: _Start, span_start_ns: int, span_end_ns: int) -> tuple[dict, 
 class GilSpanProcessor(SpanProcessor):
     """Snapshots the thread's GIL counters as each span starts (figures land at ``Span.end``)."""
 
-    def __init__(self, registration: Registration) -> None:
+    def __init__(self, registration: Registration, metrics: Optional[GilMetrics] = None) -> None:
         self.registration = registration
+        self.metrics = metrics
         self.enabled = True
 
     def on_start(self, span: Span, parent_context=None) -> None:
         if not self.enabled:
             return
         try:
-            setattr(span, _SNAPSHOT_ATTR, snapshot(self.registration))
+            start = snapshot(self.registration)
+            start.metrics = self.metrics
+            setattr(span, _SNAPSHOT_ATTR, start)
         except Exception:  # never let a span hook break the app
             _log_once("otel-gil: reading the GIL ring failed at span start")
 
@@ -186,6 +192,9 @@ def end_wrapper(wrapped, instance: Span, args, kwargs):
         instance.set_attributes(attrs)
         for name, attributes, timestamp in events:
             instance.add_event(name, attributes, timestamp)
+        if start.metrics is not None and instance.kind is SpanKind.SERVER and "gil.wait_ratio" in attrs:
+            route = instance.attributes.get("http.route") or instance.name
+            start.metrics.record_span(attrs["gil.wait_ratio"], str(route))
     except Exception:
         _log_once("otel-gil: computing the GIL figures of a span failed")
     return wrapped(end_time=end_time)

@@ -11,6 +11,8 @@ need=()
 dpkg -s python3-bpfcc >/dev/null 2>&1 || need+=(python3-bpfcc)
 command -v cc >/dev/null || need+=(gcc)
 command -v setpriv >/dev/null || need+=(util-linux)
+command -v docker-compose >/dev/null || need+=(docker-compose)  # tests parse docker-compose.yml with it
+command -v objcopy >/dev/null || need+=(binutils)
 if [ ! -e "/lib/modules/$release/build" ]; then
     apt-get update -qq
     if apt-cache show "linux-headers-$release" >/dev/null 2>&1; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The Django example's manage.py (runserver, check, ...)."""
+"""The Django example's manage.py: ``python examples/django_app/manage.py runserver --noreload``."""
 
 import os
 import sys

@@ -166,3 +166,41 @@ def test_long_waits_before_a_backdated_start_are_counted(setup):
     assert a["gil.acquisitions"] == 1 and a["gil.convoy_waits"] == 1
     assert [e.attributes["gil.wait_ms"] for e in span.events] == [10.0]
     assert a["gil.wait_ratio"] == pytest.approx(10 / ((span.end_time - span.start_time) / 1e6), rel=0.01)
+
+
+def test_server_spans_feed_the_wait_ratio_histogram():
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.trace import SpanKind
+
+    from otel_gil.metrics import GilMetrics
+
+    reader = InMemoryMetricReader()
+    ring = make_ring()
+    reg = FakeRegistration(ring)
+    gil_metrics = GilMetrics(reg, MeterProvider([reader]).get_meter("test"))
+    provider = TracerProvider()
+    provider.add_span_processor(GilSpanProcessor(reg, gil_metrics))
+    wrapt.wrap_function_wrapper(Span, "end", end_wrapper)
+    try:
+        tracer = provider.get_tracer("test")
+        s = my_slot(ring)
+        with tracer.start_as_current_span("GET /io", kind=SpanKind.SERVER, attributes={"http.route": "/io"}):
+            s.wait_ns += 8_000_000
+            time.sleep(0.01)
+        with tracer.start_as_current_span("internal"):
+            pass
+    finally:
+        unwrap(Span, "end")
+    points = {
+        m.name: m.data.data_points
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
+    (point,) = points["gil.wait_ratio"]
+    assert point.attributes == {"http.route": "/io"} and point.count == 1
+    assert 0.3 < point.sum < 0.81
+    (wait,) = points["gil.wait.time"]
+    assert wait.attributes == {"thread.name": threading.current_thread().name}
+    assert wait.value == pytest.approx(0.008)

@@ -18,7 +18,8 @@ import sys
 import threading
 import time
 
-from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -26,6 +27,20 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_gil import GilInstrumentor
 
 _gil_holding_libc = ctypes.PyDLL(None)  # calls keep the GIL
+_metric_reader = InMemoryMetricReader()
+
+
+def read_metrics() -> dict:
+    """{instrument: {thread.name or http.route: value}} from the SDK's in-memory reader."""
+    out: dict = {}
+    data = _metric_reader.get_metrics_data()
+    for rm in data.resource_metrics if data else ():
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                for point in metric.data.data_points:
+                    key = point.attributes.get("thread.name", point.attributes.get("http.route", ""))
+                    out.setdefault(metric.name, {})[key] = getattr(point, "value", getattr(point, "sum", None))
+    return out
 
 
 def hog_and_victim(tracer, args) -> dict:
@@ -37,12 +52,16 @@ def hog_and_victim(tracer, args) -> dict:
     r, w = os.pipe()
     truth = {"bursts_ns": [], "victim_wait_ns": 0}
     ready = threading.Barrier(2)
+    done = threading.Barrier(3)  # with main: metrics are read while both threads still live
+    release = threading.Event()
 
     def victim() -> None:
         with tracer.start_as_current_span("victim"):
             ready.wait()
             for _ in range(args.bursts):
                 os.read(r, 1)
+        done.wait()
+        release.wait()
 
     def hog() -> None:
         with tracer.start_as_current_span("hog"):
@@ -57,12 +76,18 @@ def hog_and_victim(tracer, args) -> dict:
                 truth["bursts_ns"].append(t1 - t0)
                 truth["victim_wait_ns"] += t1 - t_write
                 time.sleep(args.gap_ms / 1000)
+        done.wait()
+        release.wait()
 
     threads = [threading.Thread(target=victim, name="victim"), threading.Thread(target=hog, name="gil-hog")]
     for t in threads:
         t.start()
+    done.wait()
+    truth["metrics_alive"] = read_metrics()
+    release.set()
     for t in threads:
         t.join()
+    truth["metrics_exited"] = read_metrics()
     return truth
 
 
@@ -157,7 +182,10 @@ def main() -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    GilInstrumentor().instrument(tracer_provider=provider, socket_path=args.socket, register_timeout_s=20)
+    GilInstrumentor().instrument(
+        tracer_provider=provider, meter_provider=MeterProvider([_metric_reader]),
+        socket_path=args.socket, register_timeout_s=20,
+    )
     tracer = provider.get_tracer("scenarios")
     scenarios = {"hog": hog_and_victim, "convoy": convoy, "syscalls": syscalls, "churn": churn, "service": service}
     truth = scenarios[args.scenario](tracer, args)

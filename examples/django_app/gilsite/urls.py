@@ -1,3 +1,5 @@
+"""The Django example's routes: spans are named after these patterns ("GET io")."""
+
 from django.urls import path
 
 from gilsite import views

@@ -1,24 +1,25 @@
-"""The Django example's views: no otel-gil code here, opentelemetry-instrument adds it."""
+"""The Django example's views, the same work as the Flask app's (examples/workload.py)."""
 
-import os
-import sys
+from django.http import HttpRequest, HttpResponse
 
-from django.http import HttpResponse
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-import workload  # noqa: E402  (examples/workload.py)
+import workload
 
 
-def _view(work):
-    def view(request):
-        workload.ensure_hog()
-        return HttpResponse(work())
-
-    view.__name__ = work.__name__
-    return view
+def io(request: HttpRequest) -> HttpResponse:
+    """Blocking waits: slow only when another thread keeps the GIL."""
+    return HttpResponse(workload.io_bound())
 
 
-io = _view(workload.io_bound)
-cpu = _view(workload.cpu_bound)
-slow_c = _view(workload.slow_c)
-health = _view(lambda: "ok")
+def cpu(request: HttpRequest) -> HttpResponse:
+    """Pure-Python work."""
+    return HttpResponse(workload.cpu_bound())
+
+
+def slow_c(request: HttpRequest) -> HttpResponse:
+    """A C call that holds the GIL."""
+    return HttpResponse(workload.slow_c())
+
+
+def health(request: HttpRequest) -> HttpResponse:
+    """Liveness."""
+    return HttpResponse(workload.health())

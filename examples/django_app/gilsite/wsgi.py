@@ -1,4 +1,4 @@
-"""WSGI entry point: gunicorn gilsite.wsgi (from examples/django_app)."""
+"""WSGI entry point: ``gunicorn gilsite.wsgi`` from examples/django_app (or with ``--chdir``)."""
 
 import os
 

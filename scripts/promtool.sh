@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Prometheus' promtool, built from its Go module once and cached outside the repo
+# (go install refuses the module for its exclude directives).
+#   scripts/promtool.sh check rules FILE...   (any promtool arguments)
+set -euo pipefail
+version=v0.307.3  # Prometheus 3.7.3
+cache=${OTEL_GIL_CACHE:-/var/cache/otel-gil}/promtool-$version
+bin=$cache/promtool
+if [ ! -x "$bin" ]; then
+    command -v go >/dev/null || { echo "promtool.sh: Go is needed to build promtool" >&2; exit 1; }
+    echo "promtool.sh: building promtool $version from its Go module into $cache (a few minutes)..." >&2
+    mkdir -p "$cache"
+    src=$(go mod download -json "github.com/prometheus/prometheus@$version" | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')
+    work=$(mktemp -d)
+    trap 'chmod -R u+w "$work"; rm -rf "$work"' EXIT
+    cp -r "$src/." "$work/"
+    chmod -R u+w "$work"
+    (cd "$work" && go build -o "$bin.tmp" ./cmd/promtool)
+    mv "$bin.tmp" "$bin"
+fi
+exec "$bin" "$@"

@@ -1,0 +1,30 @@
+"""Metrics against the same ground truth as spans, read through the SDK's in-memory
+reader: cumulative counters per thread name, exact and monotonic across thread exits."""
+
+import pytest
+
+from helpers import run_scenario, within
+
+
+@pytest.fixture(scope="module")
+def report(collector):
+    return run_scenario("hog", collector.address, "--bursts", "10", "--burst-ms", "50")
+
+
+def test_counters_match_the_bursts(report):
+    alive = report["truth"]["metrics_alive"]
+    bursts_s = sum(report["truth"]["bursts_ns"]) / 1e9
+    victim_wait_s = report["truth"]["victim_wait_ns"] / 1e9
+    assert within(alive["gil.hold.time"]["gil-hog"], bursts_s, abs_ms=0.0005), alive["gil.hold.time"]
+    assert within(alive["gil.wait.time"]["victim"], victim_wait_s, abs_ms=0.0005), alive["gil.wait.time"]
+    assert alive["gil.convoy_waits"]["victim"] == 10
+    assert alive["gil.wait.time"]["gil-hog"] < 0.05 * bursts_s
+
+
+def test_counters_stay_monotonic_when_threads_exit(report):
+    alive, exited = report["truth"]["metrics_alive"], report["truth"]["metrics_exited"]
+    for instrument, by_name in alive.items():
+        for name, value in by_name.items():
+            assert exited[instrument][name] >= value, (instrument, name)
+        # nothing counted twice: what the exits added is small next to the workload
+        assert sum(exited[instrument].values()) - sum(by_name.values()) <= max(0.05 * sum(by_name.values()), 5)
