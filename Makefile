@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 # The oldest OpenTelemetry SDK we support, for the span-hook tests.
 SDK_MIN := opentelemetry-api==1.30.0 opentelemetry-sdk==1.30.0 opentelemetry-instrumentation==0.51b0
 
-.PHONY: host venv matrix demo test test-sdk-min clean
+.PHONY: host venv matrix tools demo test test-sdk-min clean
 
 host:
 	scripts/setup-host.sh
@@ -27,7 +27,12 @@ demo: host venv
 matrix:
 	scripts/matrix-venvs.sh
 
-test: host venv matrix test-sdk-min
+# Jaeger and promtool, built once from their Go modules and cached outside the repo.
+tools:
+	scripts/jaeger.sh path
+	scripts/promtool.sh --version
+
+test: host venv matrix tools test-sdk-min
 	$(PY) -m pytest -ra tests
 
 .venv-sdk-min/bin/python: pyproject.toml
