@@ -41,11 +41,7 @@ build() {
     echo "jaeger.sh: built $bin in $(( (SECONDS - start) / 60 ))m$(( (SECONDS - start) % 60 ))s" >&2
 }
 
-mkdir -p "$cache"
-exec 9>"$cache/.lock"
-flock 9  # one build at a time; the others wait and reuse it
 [ -x "$bin" ] || build
-exec 9>&-
 case "${1:-path}" in
     path) echo "$bin" ;;
     run) shift; exec "$bin" --config "$here/jaeger-config.yaml" "$@" ;;
