@@ -130,17 +130,40 @@ static __always_inline void on_wait(struct gil_slot *s, u64 now)
 	__sync_fetch_and_add(&s->seq, 1);
 }
 
-int take_gil_entry(struct pt_regs *ctx)
+/* The current thread's registered process (its header and slots) and its tid there; NULL if none. */
+static __always_inline struct gil_header *current_proc(void **slots, u32 *tid)
 {
 	u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	void *slots = procs.lookup(&tgid);
-	if (!slots)
+	void *found = procs.lookup(&tgid);
+	if (!found)
+		return NULL;
+	struct gil_header *h = header_of(found);
+	if (!h)
+		return NULL;
+	*tid = ns_tid(h);
+	if (!*tid)
+		return NULL;
+	*slots = found;
+	return h;
+}
+
+/* Learn the GIL's condition variables (once per process), only from inside take_gil. */
+static __always_inline int learn(void *slots, struct gil_header *h, u32 tid, u64 gil_cond)
+{
+	struct gil_slot *s = slot_find(slots, tid);
+	if (!s || !(s->flags & GIL_SLOT_IN_TAKE_GIL))
 		return 0;
-	struct gil_header *h = header_of(slots);
+	h->gil_cond = gil_cond;
+	h->switch_cond = gil_cond + h->cond_stride;
+	return 1;
+}
+
+int take_gil_entry(struct pt_regs *ctx)
+{
+	void *slots;
+	u32 tid;
+	struct gil_header *h = current_proc(&slots, &tid);
 	if (!h || h->switch_cond)
-		return 0;
-	u32 tid = ns_tid(h);
-	if (!tid)
 		return 0;
 	struct gil_slot *s = slot_get(slots, h, tid);
 	if (s)
@@ -150,25 +173,15 @@ int take_gil_entry(struct pt_regs *ctx)
 
 int cond_signal(struct pt_regs *ctx)
 {
-	u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	void *slots = procs.lookup(&tgid);
-	if (!slots)
-		return 0;
-	struct gil_header *h = header_of(slots);
+	void *slots;
+	u32 tid;
+	struct gil_header *h = current_proc(&slots, &tid);
 	if (!h)
 		return 0;
-	u32 tid = ns_tid(h);
-	if (!tid)
-		return 0;
 	u64 cond = PT_REGS_PARM1(ctx);
-	if (h->switch_cond == 0) {
-		/* Learning: the first signal inside take_gil is on switch_cond. */
-		struct gil_slot *s = slot_find(slots, tid);
-		if (!s || !(s->flags & GIL_SLOT_IN_TAKE_GIL))
-			return 0;
-		h->gil_cond = cond - h->cond_stride;
-		h->switch_cond = cond;
-	}
+	/* Inside take_gil, the first signal is on switch_cond. */
+	if (h->switch_cond == 0 && !learn(slots, h, tid, cond - h->cond_stride))
+		return 0;
 	if (cond != h->gil_cond && cond != h->switch_cond)
 		return 0;
 	struct gil_slot *s = slot_get(slots, h, tid);
@@ -184,25 +197,15 @@ int cond_signal(struct pt_regs *ctx)
 
 int cond_timedwait(struct pt_regs *ctx)
 {
-	u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	void *slots = procs.lookup(&tgid);
-	if (!slots)
-		return 0;
-	struct gil_header *h = header_of(slots);
+	void *slots;
+	u32 tid;
+	struct gil_header *h = current_proc(&slots, &tid);
 	if (!h)
 		return 0;
-	u32 tid = ns_tid(h);
-	if (!tid)
-		return 0;
 	u64 cond = PT_REGS_PARM1(ctx);
-	if (h->switch_cond == 0) {
-		/* Learning: a contended take_gil waits on gil->cond. */
-		struct gil_slot *s = slot_find(slots, tid);
-		if (!s || !(s->flags & GIL_SLOT_IN_TAKE_GIL))
-			return 0;
-		h->gil_cond = cond;
-		h->switch_cond = cond + h->cond_stride;
-	}
+	/* Inside take_gil, a contended wait is on gil->cond. */
+	if (h->switch_cond == 0 && !learn(slots, h, tid, cond))
+		return 0;
 	if (cond != h->gil_cond)
 		return 0;
 	struct gil_slot *s = slot_get(slots, h, tid);
@@ -213,14 +216,12 @@ int cond_timedwait(struct pt_regs *ctx)
 
 RAW_TRACEPOINT_PROBE(sched_process_exit)
 {
-	u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	void *slots = procs.lookup(&tgid);
-	if (!slots)
-		return 0;
-	struct gil_header *h = header_of(slots);
+	void *slots;
+	u32 tid;
+	struct gil_header *h = current_proc(&slots, &tid);
 	if (!h)
 		return 0;
-	struct gil_slot *s = slot_find(slots, ns_tid(h));
+	struct gil_slot *s = slot_find(slots, tid);
 	if (!s)
 		return 0;
 	u64 wait = s->wait_ns, hold = s->hold_ns, acquisitions = s->acquisitions, convoy = s->convoy_waits;

@@ -2,8 +2,9 @@
 
     python examples/load.py --url http://127.0.0.1:8000 --routes /io,/cpu --requests 200 --concurrency 4
 
-Requests go round-robin over the routes, at most --requests of them and for at most
---max-seconds. Only loopback addresses are allowed unless --allow-remote is given.
+Requests go round-robin over the routes: at most --requests of them, none started after
+--max-seconds, each given up after --timeout. Only loopback addresses are allowed unless
+--allow-remote is given.
 Exits 1 if any request failed (connection error, timeout or HTTP status >= 400).
 """
 
@@ -43,8 +44,8 @@ def is_loopback(url: str) -> bool:
     return bool(infos) and all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
 
 
-def drive(url: str, routes: list[str], requests: int, concurrency: int, max_seconds: float) -> Results:
-    """Send up to ``requests`` GETs from ``concurrency`` threads, stopping after ``max_seconds``."""
+def drive(url: str, routes: list[str], requests: int, concurrency: int, max_seconds: float, timeout: float) -> Results:
+    """Send up to ``requests`` GETs from ``concurrency`` threads, starting none after ``max_seconds``."""
     results = Results()
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via an http_proxy
     lock = threading.Lock()
@@ -52,15 +53,14 @@ def drive(url: str, routes: list[str], requests: int, concurrency: int, max_seco
 
     def worker() -> None:
         while True:
-            remaining = stop_at - time.monotonic()
             with lock:
-                if results.sent >= requests or remaining <= 0:
+                if results.sent >= requests or time.monotonic() >= stop_at:
                     return
                 route = routes[results.sent % len(routes)]
                 results.sent += 1
             start = time.perf_counter()
             try:
-                with opener.open(url + route, timeout=min(remaining, 30)) as resp:
+                with opener.open(url + route, timeout=timeout) as resp:
                     resp.read()
             except (OSError, http.client.HTTPException):  # URLError, HTTPError, timeouts, resets
                 with lock:
@@ -95,18 +95,19 @@ def main() -> int:
     parser.add_argument("--routes", default="/io,/cpu,/slow_c", help="comma-separated paths (default %(default)s)")
     parser.add_argument("--requests", type=int, default=200, help="requests in all (default %(default)s)")
     parser.add_argument("--concurrency", type=int, default=4, help="client threads (default %(default)s)")
-    parser.add_argument("--max-seconds", type=float, default=120, help="stop after this long (default %(default)s)")
+    parser.add_argument("--max-seconds", type=float, default=120, help="seconds to send for (default %(default)s)")
+    parser.add_argument("--timeout", type=float, default=30, help="per-request timeout, s (default %(default)s)")
     parser.add_argument("--allow-remote", action="store_true", help="allow a URL that is not loopback")
     args = parser.parse_args()
     url = args.url.rstrip("/")
     routes = [r if r.startswith("/") else "/" + r for r in args.routes.split(",") if r]
-    if not routes or args.requests < 1 or args.concurrency < 1 or args.max_seconds <= 0:
-        parser.error("need at least one route, and positive --requests, --concurrency and --max-seconds")
+    if not routes or args.requests < 1 or args.concurrency < 1 or args.max_seconds <= 0 or args.timeout <= 0:
+        parser.error("need at least one route, and positive --requests, --concurrency, --max-seconds and --timeout")
     if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
         parser.error(f"--url must be http:// or https://, not {args.url!r}")
     if not args.allow_remote and not is_loopback(url):
         parser.error(f"{args.url} is not a loopback address (pass --allow-remote to load it anyway)")
-    results = drive(url, routes, args.requests, args.concurrency, args.max_seconds)
+    results = drive(url, routes, args.requests, args.concurrency, args.max_seconds, args.timeout)
     print(report(results, routes))
     if results.sent < args.requests:
         print(f"stopped after {args.max_seconds:g} s: {results.sent} of {args.requests} requests sent", file=sys.stderr)

@@ -80,10 +80,13 @@ def _thread_name(tid: int, names: dict[int, str]) -> Optional[str]:
     return name
 
 
-def figures(start: _Start, span_start_ns: int, span_end_ns: int) -> tuple[dict, list[tuple[str, dict, int]]]:
-    """Attributes and ``(name, attributes, timestamp)`` events for a span ending now.
+def figures(
+    start: _Start, span_start_ns: int, span_end_ns: int, now: int
+) -> tuple[dict, list[tuple[str, dict, int]]]:
+    """Attributes and ``(name, attributes, timestamp)`` events for a span ending at ``now``.
 
-    ``span_start_ns``/``span_end_ns`` are the span's own (wall clock) times. A span
+    ``span_start_ns``/``span_end_ns`` are the span's own (wall clock) times, ``now`` its
+    end on the monotonic clock, where open intervals are closed. A span
     may carry a start time from before it was created (Flask's server span starts
     when the WSGI call does): long waits of that stretch are still in the ring, so
     they are counted too; shorter waits and holds there are not visible.
@@ -103,8 +106,6 @@ def figures(start: _Start, span_start_ns: int, span_end_ns: int) -> tuple[dict, 
     if reg.ring is not ring:
         attrs["gil.status"] = reg.status if reg.status != REGISTERED else COLLECTOR_CHANGED
         return attrs, []
-    # Open intervals are closed at the span's end, mapped onto the monotonic clock.
-    now = min(time.monotonic_ns(), start.mono_ns + max(span_end_ns - start.wall_ns, 0))
     end = _read(ring, cache, now)
     begin = start.counters
     wait = end.wait_ns - begin.wait_ns
@@ -185,10 +186,13 @@ def end_wrapper(wrapped, instance: Span, args, kwargs):
     if start is None or instance.end_time is not None or instance.start_time is None:
         return wrapped(*args, **kwargs)
     end_time = args[0] if args else kwargs.get("end_time")
+    now = time.monotonic_ns()
     if end_time is None:
         end_time = time.time_ns()
+    else:  # an explicit end: close open intervals there, mapped onto the monotonic clock
+        now = min(now, start.mono_ns + max(end_time - start.wall_ns, 0))
     try:
-        attrs, events = figures(start, instance.start_time, end_time)
+        attrs, events = figures(start, instance.start_time, end_time, now)
         instance.set_attributes(attrs)
         for name, attributes, timestamp in events:
             instance.add_event(name, attributes, timestamp)

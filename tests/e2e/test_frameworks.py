@@ -13,14 +13,14 @@ REQUESTS = 40
 def test_hog_shows_up_as_gil_wait_and_vanishes_without_it(app, framework, server):
     with_hog = f"{framework}-hog"
     svc = app(framework, server, with_hog, hog=True)
-    drive(svc.address, "/io", REQUESTS)
+    drive(svc.address, "/io", REQUESTS, concurrency=1)  # one request at a time: the hog is the other thread
     operation = "GET /io" if framework == "flask" else "GET io"  # Django names spans by its URL pattern
     hog_spans = server_spans(with_hog, operation, REQUESTS)
     svc.stop()
 
     without = f"{framework}-nohog"
     svc = app(framework, server, without, hog=False)
-    drive(svc.address, "/io", REQUESTS)
+    drive(svc.address, "/io", REQUESTS, concurrency=1)
     calm_spans = server_spans(without, operation, REQUESTS)
 
     for span in hog_spans + calm_spans:
@@ -38,4 +38,4 @@ def test_hog_shows_up_as_gil_wait_and_vanishes_without_it(app, framework, server
         for field in log["fields"]
         if field["key"] == "gil.blocker.thread.name"
     ]
-    assert blockers and blockers.count("metrics-collector") >= 0.5 * len(blockers), blockers
+    assert blockers and blockers.count("metrics-collector") >= 0.8 * len(blockers), blockers

@@ -34,13 +34,18 @@ def collector_fds(collector) -> dict[str, int]:
     return kinds
 
 
+def leaked(baseline: dict, now: dict) -> dict:
+    return {k: now[k] - baseline.get(k, 0) for k in now if now[k] > baseline.get(k, 0)}
+
+
 def settled(collector, baseline: dict, timeout: float = 20) -> dict:
+    """The collector's fds once they are back to ``baseline`` (uprobes close in the background)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         now = collector_fds(collector)
-        if all(now.get(k, 0) <= v for k, v in baseline.items()):
+        if not leaked(baseline, now):
             return now
-        time.sleep(0.2)
+        time.sleep(0.5)
     return collector_fds(collector)
 
 
@@ -134,7 +139,7 @@ def test_garbage_over_the_socket(collector, nobody):
     assert honest_registration(collector.address)["ok"]  # and root again, once its silent ones are gone
     assert collector.proc.poll() is None
     after = settled(collector, baseline)
-    assert all(after.get(k, 0) <= v for k, v in baseline.items()), (baseline, after)
+    assert not leaked(baseline, after), (baseline, after)
     assert sent == 500
 
 
@@ -157,9 +162,10 @@ def test_thousand_register_exit_cycles_leak_nothing(collector):
     done = subprocess.run([sys.executable, "-c", CYCLE, collector.address, "1000"], capture_output=True, text=True,
                           timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
-    after = settled(collector, baseline, timeout=60)
-    assert all(after.get(k, 0) <= v for k, v in baseline.items()), (baseline, after)
-    assert after.get("[perf_event]", 0) == baseline.get("[perf_event]", 0)
+    # Each uprobe close waits for a kernel grace period (~85 ms, serialised): the backlog of
+    # ~3,000 closes drains for a few minutes after the cycles end.
+    after = settled(collector, baseline, timeout=600)
+    assert not leaked(baseline, after), (baseline, after)
 
 
 def test_thread_churn_keeps_every_span_right(collector):
