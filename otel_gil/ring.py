@@ -133,20 +133,6 @@ def hist_bucket(wait_ns: int) -> int:
     return min(max(wait_ns, 1).bit_length() - 1, HIST_BUCKETS - 1)
 
 
-def hist_quantile(hist: list[int], q: float) -> int:
-    """Upper bound in ns of the bucket holding quantile ``q`` of the waits, 0 if none."""
-    total = sum(hist)
-    if not total:
-        return 0
-    rank = q * total
-    seen = 0
-    for bucket, count in enumerate(hist):
-        seen += count
-        if count and seen >= rank:
-            return 1 << (bucket + 1)
-    return 1 << HIST_BUCKETS
-
-
 def _libc_mmap():
     libc = ctypes.CDLL(None, use_errno=True)
     fn = libc.mmap
