@@ -193,6 +193,8 @@ def plan(pid: int, gil_enabled: bool = False) -> ProbePlan:
     stride = COND_STRIDE.get(c.machine)
     if stride is None:
         raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, f"no condition-variable layout for {c.machine}")
+    if "PyEval_SaveThread" not in py.dynamic and not py.has_symtab:
+        raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, f"pid {pid} ({interp.path}) is not a Python process")
     take_gil, how = locate_take_gil(py, interp_path, f"/proc/{pid}/root")
     probes = [Probe(interp_path, take_gil, "take_gil_entry", bootstrap=True)]
     for name, handler in (("pthread_cond_signal", "cond_signal"), ("pthread_cond_timedwait", "cond_timedwait")):

@@ -1,0 +1,57 @@
+"""A process for `otel-gil report` to attach to (no otel_gil inside): on SIGUSR1 a hog
+thread holds the GIL in known bursts (ctypes.PyDLL) right after waking two I/O threads;
+prints the truth as JSON, then idles until killed."""
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+libc = ctypes.PyDLL(None)
+go = threading.Event()
+signal.signal(signal.SIGUSR1, lambda *_: go.set())
+pipes = [os.pipe(), os.pipe()]
+truth = {"hog_hold_ns": 0, "io_wait_ns": [0, 0], "tids": {}}
+BURSTS, BURST_US = 10, 50_000
+done = threading.Event()
+forever = threading.Event()  # threads stay alive (and keep their slots) until the process is killed
+
+
+def io(i: int) -> None:
+    truth["tids"][f"io-{i}"] = threading.get_native_id()
+    for _ in range(BURSTS):
+        os.read(pipes[i][0], 1)
+    forever.wait()
+
+
+def hog() -> None:
+    truth["tids"]["hog"] = threading.get_native_id()
+    go.wait()
+    for _ in range(BURSTS):
+        t_write = time.monotonic_ns()
+        for _, w in pipes:
+            libc.write(w, b"x", 1)
+        t0 = time.monotonic_ns()
+        libc.usleep(BURST_US)
+        t1 = time.monotonic_ns()
+        truth["hog_hold_ns"] += t1 - t0
+        for i in range(2):
+            truth["io_wait_ns"][i] += t1 - t_write
+        time.sleep(0.01)
+    done.set()
+    forever.wait()
+
+
+threads = [threading.Thread(target=hog, name="gil-hog")] + [
+    threading.Thread(target=io, args=(i,), name=f"io-{i}") for i in range(2)
+]
+for t in threads:
+    t.start()
+print("ready", flush=True)
+done.wait()
+time.sleep(0.2)
+print(json.dumps(truth), flush=True)
+forever.wait()
