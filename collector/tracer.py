@@ -6,7 +6,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,6 @@ class Traced:
     view: ring.Ring  # read-only, like the client's
     events: list[str] = field(default_factory=list)
     bootstrap: list[str] = field(default_factory=list)
-    registered_at: float = field(default_factory=time.monotonic)
 
     @property
     def learned(self) -> bool:

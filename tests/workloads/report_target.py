@@ -6,7 +6,6 @@ import ctypes
 import json
 import os
 import signal
-import sys
 import threading
 import time
 
