@@ -18,23 +18,13 @@ from typing import Iterable, Optional
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from otel_gil import ring as ringlib
+from otel_gil import threads
 from otel_gil.client import REGISTERED, Registration
 
 _FIELDS = ("wait_ns", "hold_ns", "acquisitions", "convoy_waits")
 _EXITED = ("exited_wait_ns", "exited_hold_ns", "exited_acquisitions", "exited_convoy_waits")
 EXITED_THREADS = "(exited threads)"
 _RATIO_BUCKETS = (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)
-
-
-def _thread_name(tid: int, names: dict[int, str]) -> str:
-    name = names.get(tid)
-    if name is None:
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                name = f.read().strip()
-        except OSError:
-            name = ""
-    return name or str(tid)
 
 
 def _reset(new: list[int], old: list[int]) -> bool:
@@ -73,7 +63,7 @@ class Totals:
             self._reset(ring)
         header = ring.header
         exited, exits = [getattr(header, f) for f in _EXITED], header.exited_threads
-        names = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+        names = threads.names()
         live: dict[int, tuple[str, list[int]]] = {}
         for slot in ring.threads():
             c = ringlib.counters(slot, now_ns)
@@ -84,7 +74,7 @@ class Totals:
             else:  # first sight, or the tid now belongs to a new thread
                 if old is not None:
                     self._departed.append(old)
-                name, delta = _thread_name(slot.tid, names), values
+                name, delta = threads.name(slot.tid, names) or str(slot.tid), values
             self._add(name, delta)
             live[slot.tid] = (name, values)
         self._departed.extend(self._seen.values())  # not seen any more: exited

@@ -12,6 +12,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanKind
 
 from otel_gil import ring as ringlib
+from otel_gil import threads
 from otel_gil.client import REGISTERED, Registration
 from otel_gil.metrics import GilMetrics
 
@@ -56,28 +57,13 @@ def _read(ring: ringlib.Ring, cache: list, now: int) -> ringlib.Counters:
     return ringlib.counters(ring.slot(index), now)
 
 
-def snapshot(registration: Registration) -> _Start:
+def snapshot(registration: Registration, metrics: Optional[GilMetrics] = None) -> _Start:
     ring, generation, status = registration.ring, registration.generation, registration.status
     cache = _thread_tid(generation)
     now, wall = time.monotonic_ns(), time.time_ns()
     if ring is None or status != REGISTERED:
-        return _Start(registration, None, generation, cache[1], now, wall, ringlib.ZERO, status)
-    return _Start(registration, ring, generation, cache[1], now, wall, _read(ring, cache, now), status)
-
-
-def _thread_names() -> dict[int, str]:
-    return {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
-
-
-def _thread_name(tid: int, names: dict[int, str]) -> Optional[str]:
-    name = names.get(tid)
-    if name is None:
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                name = f.read().strip() or None
-        except OSError:
-            pass
-    return name
+        return _Start(registration, None, generation, cache[1], now, wall, ringlib.ZERO, status, metrics)
+    return _Start(registration, ring, generation, cache[1], now, wall, _read(ring, cache, now), status, metrics)
 
 
 def figures(
@@ -120,7 +106,7 @@ def figures(
         dropped = end.long_waits - begin.long_waits - ringlib.RING_LEN
         if dropped > 0:
             attrs["gil.long_waits_dropped"] = dropped
-        names = _thread_names()
+        names = threads.names()
         wall_minus_mono = start.wall_ns - start.mono_ns
         for w in waits:
             if w.start_ns < start.mono_ns - gap or w.end_ns > now:
@@ -131,7 +117,7 @@ def figures(
                 acquisitions += 1
                 convoy += length >= ring.header.convoy_ns
             event = {"gil.wait_ms": round(length / 1e6, 3), "gil.blocker.thread.id": w.blocker_tid}
-            blocker = _thread_name(w.blocker_tid, names)
+            blocker = threads.name(w.blocker_tid, names)
             if blocker is not None:
                 event["gil.blocker.thread.name"] = blocker
             events.append(("gil.wait", event, w.start_ns + wall_minus_mono))
@@ -161,9 +147,7 @@ class GilSpanProcessor(SpanProcessor):
         if not self.enabled:
             return
         try:
-            start = snapshot(self.registration)
-            start.metrics = self.metrics
-            setattr(span, _SNAPSHOT_ATTR, start)
+            setattr(span, _SNAPSHOT_ATTR, snapshot(self.registration, self.metrics))
         except Exception:  # never let a span hook break the app
             _log_once("otel-gil: reading the GIL ring failed at span start")
 
