@@ -44,9 +44,15 @@ class _Client:
     since: float = field(default_factory=time.monotonic)
 
 
+def _peercred(conn: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the peer as the kernel recorded them at connect()."""
+    pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    return pid, uid
+
+
 def _peer(conn: socket.socket) -> tuple[int, int, int]:
     """(pid, uid, pidfd) of the peer, from the kernel: nothing the client says counts."""
-    pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    pid, uid = _peercred(conn)
     try:
         pidfd = struct.unpack("i", conn.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD, 4))[0]
     except OSError:
@@ -163,7 +169,7 @@ class Server:
             conn, _ = listener.accept()
         except OSError:
             return
-        uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+        uid = _peercred(conn)[1]
         if len(self._pending) >= MAX_PENDING or sum(p.uid == uid for p in self._pending.values()) >= MAX_PENDING_PER_UID:
             log.warning("uid %d has too many connections waiting for a hello; refusing one", uid)
             conn.close()
