@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -29,6 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 import stack  # noqa: E402
+import results  # noqa: E402
+
 LOOP = r"""
 import os, sys, time
 if sys.argv[2] != "-":
@@ -100,14 +101,11 @@ def main() -> int:
     stats.write_text(stats_before)
     shutil.rmtree(work, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in runs.items()}
-    (ROOT / "bench" / "out").mkdir(exist_ok=True)
-    (ROOT / "bench" / "out" / "handoff.json").write_text(json.dumps({"ns_per_pair": runs, "bpf_runs": probe_runs}, indent=1))
+    results.OUT.mkdir(exist_ok=True)
+    (results.OUT / "handoff.json").write_text(json.dumps({"ns_per_pair": runs, "bpf_runs": probe_runs}, indent=1))
     lines = [
-        "## hand-off",
-        "",
         f"`sudo .venv/bin/python bench/handoff.py --pairs {args.pairs} --rounds {args.rounds}` on "
-        f"{platform.node()}: {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}, "
-        f"{time.strftime('%Y-%m-%d')}. Median of {args.rounds} interleaved rounds; one pair = os.write + os.read = 2 hand-offs.",
+        f"{results.machine()}. Median of {args.rounds} interleaved rounds; one pair = os.write + os.read = 2 hand-offs.",
         "",
         "| mode | ns per pair | vs baseline | ns per hand-off added | BPF program runs per loop (median) |",
         "|---|---|---|---|---|",
@@ -123,16 +121,8 @@ def main() -> int:
         f"Round-to-round spread of the baseline alone: {100 * spread:.0f} %. kernel.bpf_stats_enabled is on "
         "during the runs (to count program runs), which adds two clock reads per program run to the registered cost.",
     ]
-    section = "\n".join(lines) + "\n"
-    results = ROOT / "bench" / "RESULTS.md"
-    text = results.read_text() if results.exists() else "# Benchmarks\n\n"
-    start = text.find("## hand-off")
-    if start >= 0:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
-    else:
-        text += "\n" + section
-    results.write_text(text)
+    section = "\n".join(lines)
+    results.write_section("hand-off", section)
     print(section)
     return 0
 

@@ -1,0 +1,30 @@
+"""bench/RESULTS.md: each benchmark owns one "## name" section and rewrites only that."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+OUT = Path(__file__).resolve().parent / "out"
+
+
+def machine() -> str:
+    """One line naming the machine and date, for each section's header."""
+    return (f"{platform.node()}: {os.cpu_count()} cores, Linux {platform.release()}, "
+            f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
+
+
+def write_section(name: str, body: str) -> None:
+    """Replace (or append) the section ``## name`` of RESULTS.md with ``body``."""
+    section = f"## {name}\n\n{body.strip()}\n"
+    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmarks\n"
+    start = text.find(f"## {name}\n")
+    if start >= 0:
+        end = text.find("\n## ", start + 1)
+        text = text[:start] + section + (text[end:] if end >= 0 else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    RESULTS.write_text(text)
