@@ -20,15 +20,35 @@ BPF_F_TABLE("array", u32, struct gil_slot, slots_template, GIL_NSLOTS + 1, BPF_F
 /* Registered tgid -> that process's slot array (the only pids we trace). */
 BPF_HASH_OF_MAPS(procs, u32, "slots_template", GIL_MAX_PROCS);
 
+/* A slot is written only by its own thread, under a seqlock the reader retries
+ * on. On x86 (GIL_TSO, set by the collector) stores are not reordered, so a
+ * compiler barrier around a plain increment suffices; elsewhere the atomic add
+ * is the memory barrier. */
+static __always_inline void seq_bump(struct gil_slot *s)
+{
+#ifdef GIL_TSO
+	asm volatile("" ::: "memory");
+	*(volatile u64 *)&s->seq = s->seq + 1;
+	asm volatile("" ::: "memory");
+#else
+	__sync_fetch_and_add(&s->seq, 1);
+#endif
+}
+
 static __always_inline struct gil_header *header_of(void *slots)
 {
 	u32 zero = 0;
 	return bpf_map_lookup_elem(slots, &zero);
 }
 
+/* The initial pid namespace's inode number (PROC_PID_INIT_INO): tids there are the kernel's. */
+#define PIDNS_INIT_INO 0xEFFFFFFCULL
+
 /* The current thread's id as the process sees it (its pid namespace); 0 if unknown. */
-static __always_inline u32 ns_tid(struct gil_header *h)
+static __always_inline u32 ns_tid(struct gil_header *h, u64 pid_tgid)
 {
+	if (h->pidns_ino == PIDNS_INIT_INO)
+		return (u32)pid_tgid;
 	struct bpf_pidns_info ns = {};
 	if (bpf_get_ns_current_pid_tgid(h->pidns_dev, h->pidns_ino, &ns, sizeof(ns)))
 		return 0;
@@ -66,16 +86,17 @@ static __always_inline struct gil_slot *slot_get(void *slots, struct gil_header 
 			break;
 		/* tid and flags share one 8-byte word: claim it only while both are 0. */
 		if (s->tid == 0 && __sync_val_compare_and_swap((u64 *)&s->tid, 0, tid) == 0) {
-			__sync_fetch_and_add(&s->seq, 1);
+			seq_bump(s);
 			s->wait_ns = 0;
 			s->hold_ns = 0;
 			s->acquisitions = 0;
 			s->convoy_waits = 0;
 			s->long_waits = 0;
+			s->long_holds = 0;
 			s->wait_start_ns = 0;
 			s->acquired_ns = 0;
 			__builtin_memset(s->hist, 0, sizeof(s->hist));
-			__sync_fetch_and_add(&s->seq, 1);
+			seq_bump(s);
 			return s;
 		}
 	}
@@ -85,18 +106,25 @@ static __always_inline struct gil_slot *slot_get(void *slots, struct gil_header 
 
 static __always_inline void on_release(struct gil_header *h, struct gil_slot *s, u32 tid, u64 now)
 {
-	__sync_fetch_and_add(&s->seq, 1);
+	seq_bump(s);
 	if (s->acquired_ns) {
-		s->hold_ns += now - s->acquired_ns;
+		u64 hold = now - s->acquired_ns;
+		s->hold_ns += hold;
+		if (hold >= h->long_hold_ns) {
+			struct gil_long_hold *lh = &s->hold_ring[s->long_holds & (GIL_RING_LEN - 1)];
+			lh->start_ns = s->acquired_ns;
+			lh->end_ns = now;
+			s->long_holds++;
+		}
 		s->acquired_ns = 0;
 	}
-	__sync_fetch_and_add(&s->seq, 1);
+	seq_bump(s);
 	h->last_release_tid = tid;
 }
 
 static __always_inline void on_acquire(struct gil_header *h, struct gil_slot *s, u64 now)
 {
-	__sync_fetch_and_add(&s->seq, 1);
+	seq_bump(s);
 	if (s->wait_start_ns) {
 		u64 wait = now - s->wait_start_ns;
 		u32 bucket = bpf_log2l(wait);
@@ -118,29 +146,30 @@ static __always_inline void on_acquire(struct gil_header *h, struct gil_slot *s,
 	s->acquisitions++;
 	s->acquired_ns = now;
 	s->flags &= ~GIL_SLOT_IN_TAKE_GIL;
-	__sync_fetch_and_add(&s->seq, 1);
+	seq_bump(s);
 }
 
 static __always_inline void on_wait(struct gil_slot *s, u64 now)
 {
 	if (s->wait_start_ns)
 		return;
-	__sync_fetch_and_add(&s->seq, 1);
+	seq_bump(s);
 	s->wait_start_ns = now;
-	__sync_fetch_and_add(&s->seq, 1);
+	seq_bump(s);
 }
 
 /* The current thread's registered process (its header and slots) and its tid there; NULL if none. */
 static __always_inline struct gil_header *current_proc(void **slots, u32 *tid)
 {
-	u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	u32 tgid = pid_tgid >> 32;
 	void *found = procs.lookup(&tgid);
 	if (!found)
 		return NULL;
 	struct gil_header *h = header_of(found);
 	if (!h)
 		return NULL;
-	*tid = ns_tid(h);
+	*tid = ns_tid(h, pid_tgid);
 	if (!*tid)
 		return NULL;
 	*slots = found;
@@ -227,10 +256,10 @@ RAW_TRACEPOINT_PROBE(sched_process_exit)
 	u64 wait = s->wait_ns, hold = s->hold_ns, acquisitions = s->acquisitions, convoy = s->convoy_waits;
 	/* Free the slot before the header shows the totals: a reader that reads the
 	 * header first, then the slots, never counts this thread twice. */
-	__sync_fetch_and_add(&s->seq, 1);
+	seq_bump(s);
 	s->flags = 0;
 	s->tid = 0;
-	__sync_fetch_and_add(&s->seq, 1);
+	seq_bump(s);
 	__sync_fetch_and_add(&h->exited_wait_ns, wait);
 	__sync_fetch_and_add(&h->exited_hold_ns, hold);
 	__sync_fetch_and_add(&h->exited_acquisitions, acquisitions);

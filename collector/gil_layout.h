@@ -11,9 +11,9 @@
 #define OTEL_GIL_LAYOUT_H
 
 #define GIL_MAGIC 0x004c49474c45544fULL /* "OTELGIL\0", little-endian */
-#define GIL_LAYOUT_VERSION 2
+#define GIL_LAYOUT_VERSION 3
 #define GIL_HIST_BUCKETS 32 /* bucket i counts waits in [2^i, 2^(i+1)) ns */
-#define GIL_RING_LEN 16     /* long waits kept per thread */
+#define GIL_RING_LEN 16     /* long waits, and long holds, kept per thread */
 #define GIL_PROBE_LEN 16    /* open-addressing window searched for a tid */
 
 #define GIL_SLOT_IN_TAKE_GIL 1 /* slot.flags: inside take_gil, cond addresses not yet learned */
@@ -23,6 +23,11 @@ struct gil_long_wait {
 	__u64 end_ns;
 	__u32 blocker_tid; /* thread that released the GIL last before this acquisition */
 	__u32 reserved;
+};
+
+struct gil_long_hold {
+	__u64 start_ns;
+	__u64 end_ns;
 };
 
 struct gil_slot {
@@ -38,6 +43,8 @@ struct gil_slot {
 	__u64 acquired_ns;   /* open hold: acquired at, 0 when not holding */
 	__u32 hist[GIL_HIST_BUCKETS];
 	struct gil_long_wait ring[GIL_RING_LEN];
+	__u64 long_holds;    /* holds >= header.long_hold_ns ever; hold_ring[long_holds % GIL_RING_LEN] is next */
+	struct gil_long_hold hold_ring[GIL_RING_LEN];
 };
 
 struct gil_header {
@@ -62,6 +69,7 @@ struct gil_header {
 	__u64 exited_hold_ns;
 	__u64 exited_acquisitions;
 	__u64 exited_convoy_waits;
+	__u64 long_hold_ns;
 };
 
 #endif

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import platform
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,7 @@ class Tracer:
                 f"-I{_SRC.parent}",
                 f"-DGIL_NSLOTS={max_threads}",
                 f"-DGIL_MAX_PROCS={max_processes}",
+                *(["-DGIL_TSO"] if platform.machine() == "x86_64" else []),
             ],
         )
         self._procs = self._bpf["procs"]
@@ -74,6 +76,7 @@ class Tracer:
             h.magic, h.layout_version, h.slot_size = ring.MAGIC, ring.LAYOUT_VERSION, ring.SLOT_SIZE
             h.nslots, h.clock_id, h.pid = self.nslots, ring.CLOCK_MONOTONIC, pid
             h.cond_stride, h.long_wait_ns, h.convoy_ns = plan.cond_stride, long_wait_ns, convoy_ns
+            h.long_hold_ns = long_wait_ns  # one threshold makes a wait or a hold "long"
             h.pidns_dev, h.pidns_ino = pidns.st_dev, pidns.st_ino
 
         slots = MmapableArray(f"otelgil_{pid}", ring.SLOT_SIZE, self.nslots + 1, init)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Iterator, NamedTuple
 
 MAGIC = 0x004C49474C45544F
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 HIST_BUCKETS = 32
 RING_LEN = 16
 PROBE_LEN = 16
@@ -34,6 +34,13 @@ class LongWait(ctypes.Structure):
     ]
 
 
+class LongHold(ctypes.Structure):
+    _fields_ = [
+        ("start_ns", _u64),
+        ("end_ns", _u64),
+    ]
+
+
 class Slot(ctypes.Structure):
     _fields_ = [
         ("seq", _u64),
@@ -48,6 +55,8 @@ class Slot(ctypes.Structure):
         ("acquired_ns", _u64),
         ("hist", _u32 * HIST_BUCKETS),
         ("ring", LongWait * RING_LEN),
+        ("long_holds", _u64),
+        ("hold_ring", LongHold * RING_LEN),
     ]
 
 
@@ -74,6 +83,7 @@ class Header(ctypes.Structure):
         ("exited_hold_ns", _u64),
         ("exited_acquisitions", _u64),
         ("exited_convoy_waits", _u64),
+        ("long_hold_ns", _u64),
     ]
 
 
@@ -126,6 +136,24 @@ def long_waits_since(slot: Slot, since: int) -> tuple[list[Wait], int]:
         lw = slot.ring[i % RING_LEN]
         waits.append(Wait(lw.start_ns, lw.end_ns, lw.blocker_tid))
     return waits, first - since
+
+
+def long_holds_since(slot: Slot, since: int) -> tuple[list[tuple[int, int]], int]:
+    """Long holds ``(start_ns, end_ns)`` recorded after the ``since``-th one, oldest first, and how many were overwritten."""
+    total = slot.long_holds
+    first = max(since, total - RING_LEN)
+    return [(slot.hold_ring[i % RING_LEN].start_ns, slot.hold_ring[i % RING_LEN].end_ns) for i in range(first, total)], first - since
+
+
+def hist_quantile(hist, q: float) -> int:
+    """Upper bound in ns of the histogram bucket holding quantile ``q`` of the waits; 0 if none."""
+    total = sum(hist)
+    seen = 0
+    for bucket, count in enumerate(hist):
+        seen += count
+        if count and seen >= q * total:
+            return 1 << (bucket + 1)
+    return 0
 
 
 def hist_bucket(wait_ns: int) -> int:

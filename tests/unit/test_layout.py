@@ -10,7 +10,8 @@ import pytest
 from otel_gil import ring
 
 HEADER = Path(__file__).resolve().parents[2] / "collector" / "gil_layout.h"
-STRUCTS = {"gil_header": ring.Header, "gil_slot": ring.Slot, "gil_long_wait": ring.LongWait}
+STRUCTS = {"gil_header": ring.Header, "gil_slot": ring.Slot, "gil_long_wait": ring.LongWait,
+           "gil_long_hold": ring.LongHold}
 CONSTANTS = {
     "GIL_MAGIC": ring.MAGIC,
     "GIL_LAYOUT_VERSION": ring.LAYOUT_VERSION,
