@@ -127,7 +127,7 @@ static __always_inline void on_acquire(struct gil_header *h, struct gil_slot *s,
 	seq_bump(s);
 	if (s->wait_start_ns) {
 		u64 wait = now - s->wait_start_ns;
-		u32 bucket = bpf_log2l(wait);
+		u32 bucket = bpf_log2l(wait) - 1; /* bcc's bpf_log2l is floor(log2) + 1, and 1 for 0 */
 		if (bucket >= GIL_HIST_BUCKETS)
 			bucket = GIL_HIST_BUCKETS - 1;
 		s->hist[bucket & (GIL_HIST_BUCKETS - 1)]++;

@@ -5,6 +5,8 @@ Examples:
     otel-gil check --socket /tmp/otel-gil.sock
     sudo otel-gil report --pid 1234 --duration 10s  # per-thread GIL figures of any Python process
     sudo otel-gil report --pid 1234 --json
+    sudo otel-gil report --pid 1234 --timeline gil.html  # which thread held the GIL when
+    sudo otel-gil top --pid 1234                     # live, per thread; q quits
 """
 
 from __future__ import annotations
@@ -48,19 +50,46 @@ def _duration(text: str) -> float:
     return value
 
 
-def _report(args: argparse.Namespace) -> int:
-    from otel_gil import report
+def _attach_errors(command: str, run) -> int:
+    """Run ``run()``; an attach problem becomes one line on stderr (what to do) and exit status 1."""
+    from otel_gil.attach import AttachError
 
     try:
-        result = report.capture(args.pid, args.duration, lambda msg: print(msg, file=sys.stderr, flush=True))
-    except SystemExit as exc:
-        print(exc.code if isinstance(exc.code, str) else exc, file=sys.stderr)
-        return 2
-    except Exception as exc:  # UnsupportedProcess and friends: one line, the reason
-        print(f"otel-gil report: {exc}", file=sys.stderr)
+        return run()
+    except AttachError as exc:
+        print(f"otel-gil {command}: {exc}", file=sys.stderr)
         return 1
-    print(report.to_json(result) if args.json else report.render(result))
-    return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+def _report(args: argparse.Namespace) -> int:
+    from otel_gil import report, timeline
+
+    def run() -> int:
+        captured = report.capture(args.pid, args.duration, report.progress_to_stderr)
+        if args.timeline:
+            report.progress_to_stderr(f"timeline written to {timeline.write(captured, args.timeline)}")
+        print(report.to_json(captured.report) if args.json else report.render(captured.report))
+        return 0
+
+    return _attach_errors("report", run)
+
+
+def _top(args: argparse.Namespace) -> int:
+    from otel_gil import top
+    from otel_gil.attach import Attachment
+    from otel_gil.report import progress_to_stderr
+
+    def run() -> int:
+        with Attachment(args.pid, "otel-gil top", progress_to_stderr) as att:
+            if args.batch or not sys.stdout.isatty():
+                top.batch(att, args.interval, args.count)
+            else:
+                top.live(att, args.interval)
+        return 0
+
+    return _attach_errors("top", run)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,7 +106,14 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--pid", type=int, required=True, help="the process to attach to")
     rep.add_argument("--duration", type=_duration, default=10.0, help="capture length, e.g. 10s (default 10s)")
     rep.add_argument("--json", action="store_true", help="machine-readable output")
+    rep.add_argument("--timeline", metavar="OUT.html", help="also write a per-thread timeline of holds and waits")
     rep.set_defaults(func=_report)
+    live = sub.add_parser("top", help="live per-thread GIL view of a running Python process (root); q quits")
+    live.add_argument("--pid", type=int, required=True, help="the process to attach to")
+    live.add_argument("--interval", type=_duration, default=1.0, help="refresh every, e.g. 2s (default 1s)")
+    live.add_argument("--batch", action="store_true", help="print a frame per interval instead of a live screen")
+    live.add_argument("--count", type=int, help="with --batch: stop after this many frames")
+    live.set_defaults(func=_top)
     args = parser.parse_args(argv)
     return args.func(args)
 

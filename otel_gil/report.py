@@ -1,122 +1,132 @@
 """``otel-gil report``: per-thread GIL figures of any running Python process, by pid.
 
-Needs root and bcc (it loads the collector's BPF program itself; the process needs
-no otel_gil and no restart). The figures are those of the capture window only.
+Needs root and bcc (see :mod:`otel_gil.attach`; the process needs no otel_gil and
+no restart). The figures are those of the capture window only.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 from otel_gil import ring as ringlib
+from otel_gil.attach import Attachment, ThreadTrace
+
+POLL_S = 0.01  # ring reads: often enough that no thread's 16 long holds/waits overflow
+SAMPLES = 1000  # at most this many hold/wait samples per thread for the timeline
+QUANTILES = (0.5, 0.9, 0.99)
 
 
 @dataclass
-class ThreadFigures:
-    tid: int  # as the process sees it (its pid namespace)
-    name: str
-    wait_s: float
-    hold_s: float
-    acquisitions: int
-    convoy_waits: int
-    wait_pct: float  # of the capture's wall time
-    hold_pct: float
+class Capture:
+    """What a capture saw: the report, and per-thread traces and samples for the timeline."""
+
+    report: dict
+    traces: dict[int, ThreadTrace]
+    # (time ns, {tid: (hold ns, wait ns) so far}), at most SAMPLES of them
+    samples: list[tuple[int, dict[int, tuple[int, int]]]] = field(default_factory=list)
 
 
-def _names(pid: int) -> dict[int, str]:
-    """Thread id (in the process's own pid namespace) -> comm, from /proc."""
-    names: dict[int, str] = {}
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return names  # the process is gone
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/status") as f:
-                status = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
-            ns_tid = int(status.get("NSpid", task).split()[-1])
-            names[ns_tid] = status.get("Name", "").strip()
-        except (OSError, ValueError):
-            continue
-    return names
+def _pct(part: float, whole: float) -> float:
+    return round(100 * part / whole, 2) if whole else 0.0
 
 
-def capture(pid: int, duration_s: float, progress=print) -> dict:
-    """Attach to ``pid`` for ``duration_s`` and return the report as a dict."""
-    from collector.__main__ import _check_kernel, _check_privileges, _import_bcc
-    from collector import probes
-    from collector.tracer import Tracer
+def _thread(t: ThreadTrace, wall_s: float) -> dict:
+    c = t.counters
+    row = {
+        "tid": t.tid, "name": t.name,
+        "wait_s": c.wait_ns / 1e9, "hold_s": c.hold_ns / 1e9, "acquisitions": c.acquisitions,
+        "convoy_waits": c.convoy_waits, "long_waits": len(t.waits), "long_holds": len(t.holds),
+        "wait_pct": _pct(c.wait_ns / 1e9, wall_s), "hold_pct": _pct(c.hold_ns / 1e9, wall_s),
+    }
+    for q in QUANTILES:  # upper bounds of the histogram's power-of-two buckets
+        row[f"wait_p{round(q * 100)}_s"] = ringlib.hist_quantile(t.hist, q) / 1e9
+    return row
 
-    _check_privileges()
-    _import_bcc()
-    _check_kernel()
-    if not os.path.exists(f"/proc/{pid}"):
-        raise SystemExit(f"otel-gil report: no process {pid}")
-    plan = probes.plan(pid)  # UnsupportedProcess says why not (not Python, free-threaded, ...)
-    progress("compiling and loading the BPF program (a few seconds)...")
-    tracer = Tracer(2048, 1)
-    try:
-        traced = tracer.add(pid, plan, 1_000_000, int(sys.getswitchinterval() * 1e9))
-        progress(f"attached to pid {pid} ({plan.interpreter}, take_gil by {plan.located_by}); capturing {duration_s:g} s...")
-        start = time.monotonic_ns()
-        deadline = time.monotonic() + duration_s
-        names: dict[int, str] = {}
-        while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
-            time.sleep(min(0.1, max(deadline - time.monotonic(), 0)))
-            tracer.finish_bootstrap()
-            names.update(_names(pid))  # threads may exit before the end
-        end = time.monotonic_ns()
-        if not os.path.exists(f"/proc/{pid}"):
+
+def capture(pid: int, duration_s: float, progress: Callable[[str], None] = print) -> Capture:
+    """Attach to ``pid`` for ``duration_s`` (less if it exits) and return what was seen."""
+    with Attachment(pid, "otel-gil report", progress) as att:
+        progress(f"capturing {duration_s:g} s...")
+        sample_every = max(int(duration_s * 1e9 / SAMPLES), int(POLL_S * 1e9))
+        samples: list[tuple[int, dict[int, tuple[int, int]]]] = []
+        deadline = att.start_ns + int(duration_s * 1e9)
+        end = att.start_ns
+        while end < deadline and att.alive:
+            time.sleep(min(POLL_S, max(deadline - time.monotonic_ns(), 0) / 1e9))
+            end = att.poll()
+            if not samples or end - samples[-1][0] >= sample_every:
+                samples.append((end, {tid: (t.counters.hold_ns, t.counters.wait_ns) for tid, t in att.threads.items()}))
+        if not att.alive:
             progress(f"pid {pid} exited during the capture: reporting up to its exit")
-        wall = (end - start) / 1e9
-        threads = []
-        for slot in traced.view.threads():
-            c = ringlib.counters(slot, end)
-            threads.append(ThreadFigures(
-                slot.tid, names.get(slot.tid, "?"), c.wait_ns / 1e9, c.hold_ns / 1e9, c.acquisitions,
-                c.convoy_waits, 100 * c.wait_ns / 1e9 / wall, 100 * c.hold_ns / 1e9 / wall,
-            ))
-        header = traced.view.header
+        header = att.header
         exited = {"threads": header.exited_threads, "wait_s": header.exited_wait_ns / 1e9,
                   "hold_s": header.exited_hold_ns / 1e9}
-    finally:
-        tracer.close()
-    threads.sort(key=lambda t: t.wait_s + t.hold_s, reverse=True)
-    total_wait = sum(t.wait_s for t in threads) + exited["wait_s"]
-    total_hold = sum(t.hold_s for t in threads) + exited["hold_s"]
-    return {
+        threads, interpreter, start = att.threads, att.plan.interpreter, att.start_ns
+        present = att.present
+    wall = (end - start) / 1e9
+    rows = [_thread(threads[tid], wall) for tid in present]
+    rows.sort(key=lambda r: (r["hold_s"], r["wait_s"]), reverse=True)  # the holders are the cause
+    total_wait = sum(r["wait_s"] for r in rows) + exited["wait_s"]
+    total_hold = sum(r["hold_s"] for r in rows) + exited["hold_s"]
+    hist = [sum(threads[tid].hist[b] for tid in present) for b in range(ringlib.HIST_BUCKETS)]
+    report = {
         "pid": pid,
         "duration_s": round(wall, 6),
-        "interpreter": plan.interpreter,
-        "hold_pct": round(100 * total_hold / wall, 2),
-        "wait_pct": round(100 * total_wait / wall, 2),
-        "threads": [asdict(t) for t in threads],
+        "start_ns": start,  # CLOCK_MONOTONIC, as the process's time.monotonic_ns()
+        "interpreter": interpreter,
+        "hold_pct": _pct(total_hold, wall),
+        "wait_pct": _pct(total_wait, wall),
+        **{f"wait_p{round(q * 100)}_s": ringlib.hist_quantile(hist, q) / 1e9 for q in QUANTILES},
+        "threads": rows,
         "exited_threads": exited,
     }
+    return Capture(report, threads, samples)
+
+
+def fmt_ns(ns: float) -> str:
+    """A duration for people: 812ns, 65.5us, 4.19ms, 1.20s."""
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if ns >= scale:
+            value = ns / scale
+            return f"{value:.3g}{unit}" if value < 100 else f"{value:.0f}{unit}"
+    return f"{ns:.0f}ns"
+
+
+def _quantiles(row: dict) -> str:
+    if not row["wait_p50_s"]:
+        return "-"
+    return "/".join(fmt_ns(row[f"wait_p{round(q * 100)}_s"] * 1e9) for q in QUANTILES)
 
 
 def render(report: dict) -> str:
     lines = [
         f"pid {report['pid']} ({report['interpreter']}), {report['duration_s']:.1f} s: "
         f"GIL held {report['hold_pct']:.1f} % of wall time, waited for {report['wait_pct']:.1f} % "
-        "(summed over threads: over 100 % when several wait at once)",
+        "(summed over threads: over 100 % when several wait at once); threads by hold",
+        f"wait p50/p90/p99 (upper bounds of power-of-two buckets): {_quantiles(report)}",
         "",
-        f"{'tid':>8} {'thread':<24} {'wait s':>8} {'wait %':>7} {'hold s':>8} {'hold %':>7} {'acq':>8} {'convoy':>7}",
+        f"{'tid':>8} {'thread':<20} {'wait s':>8} {'wait %':>7} {'hold s':>8} {'hold %':>7} {'acq':>8} "
+        f"{'convoy':>7} {'long':>5}  wait p50/p90/p99",
     ]
     for t in report["threads"]:
         lines.append(
-            f"{t['tid']:>8} {t['name'][:24]:<24} {t['wait_s']:>8.3f} {t['wait_pct']:>6.1f}% {t['hold_s']:>8.3f} "
-            f"{t['hold_pct']:>6.1f}% {t['acquisitions']:>8} {t['convoy_waits']:>7}"
+            f"{t['tid']:>8} {t['name'][:20]:<20} {t['wait_s']:>8.3f} {t['wait_pct']:>6.1f}% {t['hold_s']:>8.3f} "
+            f"{t['hold_pct']:>6.1f}% {t['acquisitions']:>8} {t['convoy_waits']:>7} {t['long_waits']:>5}  {_quantiles(t)}"
         )
     e = report["exited_threads"]
     if e["threads"]:
-        lines.append(f"{'':>8} {'(exited during capture)':<24} {e['wait_s']:>8.3f} {'':>7} {e['hold_s']:>8.3f}")
+        lines.append(f"{'':>8} {'(exited threads)':<20} {e['wait_s']:>8.3f} {'':>7} {e['hold_s']:>8.3f}")
+    lines += ["", "long = waits >= 1 ms; convoy = waits >= the switch interval (the 5 ms penalty)"]
     return "\n".join(lines)
 
 
 def to_json(report: dict) -> str:
     return json.dumps(report, indent=1)
+
+
+def progress_to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

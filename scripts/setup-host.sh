@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what the collector needs on a Debian/Ubuntu host (idempotent; needs root):
-# bcc's Python bindings and the running kernel's headers. Kernels without a headers
+# bcc's Python bindings and the running kernel's headers; and what the tests and
+# benchmarks drive: chromium (renders timelines), tmux (drives otel-gil top), wrk. Kernels without a headers
 # package of their own (cloud/VM builds) get the distribution's nearest headers,
 # linked where bcc looks for them.
 set -euo pipefail
@@ -13,6 +14,9 @@ command -v cc >/dev/null || need+=(gcc)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v docker-compose >/dev/null || need+=(docker-compose)  # tests parse docker-compose.yml with it
 command -v objcopy >/dev/null || need+=(binutils)
+command -v chromium >/dev/null || need+=(chromium)
+command -v tmux >/dev/null || need+=(tmux)
+command -v wrk >/dev/null || need+=(wrk)
 if [ ! -e "/lib/modules/$release/build" ]; then
     apt-get update -qq
     if apt-cache show "linux-headers-$release" >/dev/null 2>&1; then
@@ -24,7 +28,10 @@ fi
 if [ ${#need[@]} -gt 0 ]; then
     echo "setup-host.sh: installing ${need[*]}" >&2
     [ -n "$(find /var/lib/apt/lists -name '*Packages*' -print -quit 2>/dev/null)" ] || apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null || {
+        apt-get update -qq  # stale package lists
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    }
 fi
 if [ ! -e "/lib/modules/$release/build" ]; then
     # No package for this kernel: link the newest -amd64 headers and their -common twin.

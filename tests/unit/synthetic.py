@@ -38,3 +38,12 @@ def record_wait(s: ring.Slot, start: int, end: int, blocker: int, long_wait_ns: 
         lw = s.ring[s.long_waits % ring.RING_LEN]
         lw.start_ns, lw.end_ns, lw.blocker_tid = start, end, blocker
         s.long_waits += 1
+
+
+def record_hold(s: ring.Slot, start: int, end: int, long_hold_ns: int = 1_000_000) -> None:
+    """What the BPF side does on a release that closed a hold."""
+    s.hold_ns += end - start
+    if end - start >= long_hold_ns:
+        lh = s.hold_ring[s.long_holds % ring.RING_LEN]
+        lh.start_ns, lh.end_ns = start, end
+        s.long_holds += 1

@@ -3,7 +3,7 @@
 import pytest
 
 from otel_gil import ring
-from synthetic import make_ring, record_wait, slot_for
+from synthetic import make_ring, record_hold, record_wait, slot_for
 
 
 def test_counters_close_open_intervals_at_now():
@@ -37,6 +37,27 @@ def test_long_waits_ring_overflow_is_counted():
     assert dropped == 5
     assert len(waits) == ring.RING_LEN
     assert [w.blocker_tid for w in waits] == list(range(5, n))
+
+
+def test_long_holds_since_and_overflow():
+    s = slot_for(make_ring(), 7)
+    record_hold(s, 0, 500_000)  # short: counted, not listed
+    for i in range(ring.RING_LEN + 2):
+        record_hold(s, (i + 1) * 10_000_000, (i + 1) * 10_000_000 + 2_000_000)
+    holds, dropped = ring.long_holds_since(s, 0)
+    assert dropped == 2 and len(holds) == ring.RING_LEN
+    assert holds[0] == (30_000_000, 32_000_000) and holds[-1][1] - holds[-1][0] == 2_000_000
+    assert ring.long_holds_since(s, s.long_holds) == ([], 0)
+
+
+def test_hist_quantile_is_the_upper_bound_of_the_bucket():
+    s = slot_for(make_ring(), 7)
+    for wait in [1_000] * 90 + [50_000_000] * 10:
+        record_wait(s, 0, wait, blocker=1)
+    assert ring.hist_quantile(s.hist, 0.5) == 1024  # 1 us lands in [512, 1024)
+    assert ring.hist_quantile(s.hist, 0.9) == 1024
+    assert ring.hist_quantile(s.hist, 0.99) == 1 << 26  # 50 ms lands in [2^25, 2^26)
+    assert ring.hist_quantile([0] * ring.HIST_BUCKETS, 0.5) == 0
 
 
 @pytest.mark.parametrize("wait_ns, bucket", [(0, 0), (1, 0), (2, 1), (3, 1), (1023, 9), (1024, 10), (5_000_000, 22), (2**40, 31)])

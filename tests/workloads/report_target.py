@@ -1,11 +1,14 @@
-"""A process for `otel-gil report` to attach to (no otel_gil inside): on SIGUSR1 a hog
-thread holds the GIL in known bursts (ctypes.PyDLL) right after waking two I/O threads;
-prints the truth as JSON, then idles until killed."""
+"""A process for `otel-gil report`/`top` to attach to (no otel_gil inside): on SIGUSR1 a
+hog thread holds the GIL in known bursts (ctypes.PyDLL) right after waking two I/O
+threads, 100 ms apart; prints the truth as JSON, then idles until killed.
+
+Usage: report_target.py [BURSTS]  (default 10)"""
 
 import ctypes
 import json
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -13,14 +16,16 @@ libc = ctypes.PyDLL(None)
 go = threading.Event()
 signal.signal(signal.SIGUSR1, lambda *_: go.set())
 pipes = [os.pipe(), os.pipe()]
-truth = {"hog_hold_ns": 0, "io_wait_ns": [0, 0], "tids": {}}
-BURSTS, BURST_US = 10, 50_000
+truth = {"hog_hold_ns": 0, "io_wait_ns": [0, 0], "tids": {}, "bursts": []}  # bursts: [start, end] monotonic ns
+BURSTS, BURST_US = int(sys.argv[1]) if len(sys.argv) > 1 else 10, 50_000
 done = threading.Event()
 forever = threading.Event()  # threads stay alive (and keep their slots) until the process is killed
+started = threading.Barrier(4)  # the three threads and main: all tids are known
 
 
 def io(i: int) -> None:
     truth["tids"][f"io-{i}"] = threading.get_native_id()
+    started.wait()
     for _ in range(BURSTS):
         os.read(pipes[i][0], 1)
     forever.wait()
@@ -28,6 +33,7 @@ def io(i: int) -> None:
 
 def hog() -> None:
     truth["tids"]["hog"] = threading.get_native_id()
+    started.wait()
     go.wait()
     for _ in range(BURSTS):
         t_write = time.monotonic_ns()
@@ -37,9 +43,10 @@ def hog() -> None:
         libc.usleep(BURST_US)
         t1 = time.monotonic_ns()
         truth["hog_hold_ns"] += t1 - t0
+        truth["bursts"].append([t0, t1])
         for i in range(2):
             truth["io_wait_ns"][i] += t1 - t_write
-        time.sleep(0.01)
+        time.sleep(0.1)
     done.set()
     forever.wait()
 
@@ -49,7 +56,8 @@ threads = [threading.Thread(target=hog, name="gil-hog")] + [
 ]
 for t in threads:
     t.start()
-print("ready", flush=True)
+started.wait()
+print("ready", json.dumps(truth["tids"]), flush=True)
 done.wait()
 time.sleep(0.2)
 print(json.dumps(truth), flush=True)

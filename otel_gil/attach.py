@@ -1,0 +1,137 @@
+"""Trace the GIL of any running Python process from outside it, by pid (root).
+
+The process needs no otel_gil and no restart: :class:`Attachment` loads the
+collector's BPF program itself, gives the process a slot array and probes, and
+:meth:`Attachment.poll` reads every thread's counters, long holds and long
+waits. ``otel-gil report`` and ``otel-gil top`` are built on it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from otel_gil import ring as ringlib
+
+LONG_NS = 1_000_000  # a hold or wait this long is drawn and listed one by one
+NAMES_EVERY_NS = 500_000_000
+
+
+class AttachError(Exception):
+    """Why a process cannot be attached to; the message says what to do."""
+
+
+@dataclass
+class ThreadTrace:
+    """One thread, as seen so far: latest counters, and its long holds and waits."""
+
+    tid: int  # in the process's own pid namespace
+    name: str = "?"
+    counters: ringlib.Counters = ringlib.ZERO
+    hist: tuple[int, ...] = (0,) * ringlib.HIST_BUCKETS
+    holds: list[tuple[int, int]] = field(default_factory=list)  # (start_ns, end_ns)
+    waits: list[ringlib.Wait] = field(default_factory=list)
+    lost: int = 0  # long holds/waits overwritten in the ring before they were read
+    _seen_holds: int = 0
+    _seen_waits: int = 0
+
+
+def thread_names(pid: int) -> dict[int, str]:
+    """Thread id (in the process's own pid namespace) -> name, from /proc."""
+    names: dict[int, str] = {}
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return names  # the process is gone
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                status = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+            names[int(status.get("NSpid", task).split()[-1])] = status.get("Name", "").strip()
+        except (OSError, ValueError):
+            continue
+    return names
+
+
+class Attachment:
+    """The collector's probes on one process, for as long as the attachment is open."""
+
+    def __init__(self, pid: int, command: str, progress: Callable[[str], None] = print) -> None:
+        from collector import probes
+        from collector.__main__ import PreflightError, _check_kernel, _check_privileges, _import_bcc
+
+        try:
+            _check_privileges()
+        except PreflightError:
+            raise AttachError(f"{command} needs root (or CAP_BPF + CAP_PERFMON): run it with sudo") from None
+        try:
+            _import_bcc()
+            _check_kernel()
+        except PreflightError as exc:
+            raise AttachError(str(exc.code)) from None
+        if not os.path.exists(f"/proc/{pid}"):
+            raise AttachError(f"no process {pid}")
+        try:
+            self.plan = probes.plan(pid)
+        except probes.UnsupportedProcess as exc:
+            raise AttachError(str(exc)) from None
+        from collector.tracer import Tracer
+
+        progress("compiling and loading the BPF program (a few seconds)...")
+        self.pid = pid
+        self._tracer = Tracer(2048, 1)
+        try:
+            self._traced = self._tracer.add(pid, self.plan, LONG_NS, int(sys.getswitchinterval() * 1e9))
+        except BaseException:
+            self._tracer.close()
+            raise
+        self.start_ns = time.monotonic_ns()
+        self.threads: dict[int, ThreadTrace] = {}
+        self.present: set[int] = set()  # threads with a slot at the last poll
+        self._names_at = 0
+        progress(f"attached to pid {pid} ({self.plan.interpreter}, take_gil found by {self.plan.located_by})")
+
+    def __enter__(self) -> "Attachment":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._tracer.close()
+
+    @property
+    def alive(self) -> bool:
+        return os.path.exists(f"/proc/{self.pid}")
+
+    @property
+    def header(self) -> ringlib.Header:
+        return self._traced.view.header
+
+    def poll(self) -> int:
+        """Read every thread's slot now; returns the time read (CLOCK_MONOTONIC ns)."""
+        self._tracer.finish_bootstrap()
+        now = time.monotonic_ns()
+        if now - self._names_at > NAMES_EVERY_NS:
+            for tid, name in thread_names(self.pid).items():
+                self.threads.setdefault(tid, ThreadTrace(tid)).name = name
+            self._names_at = now
+        present = set()
+        for slot in self._traced.view.threads():
+            t = self.threads.setdefault(slot.tid, ThreadTrace(slot.tid))
+            counters = ringlib.counters(slot, now)
+            if counters.acquisitions < t.counters.acquisitions:  # the tid was reused by a new thread
+                t._seen_holds = t._seen_waits = 0
+            t.counters, t.hist = counters, tuple(slot.hist)
+            holds, lost_h = ringlib.long_holds_since(slot, t._seen_holds)
+            waits, lost_w = ringlib.long_waits_since(slot, t._seen_waits)
+            t.holds += holds
+            t.waits += waits
+            t.lost += lost_h + lost_w
+            t._seen_holds, t._seen_waits = slot.long_holds, slot.long_waits
+            present.add(slot.tid)
+        self.present = present
+        return now

@@ -1,0 +1,95 @@
+"""``otel-gil top --pid PID``: a live per-thread view of who holds and who waits for the GIL.
+
+Refreshes every interval with the figures of that interval only. In a terminal it
+is a full-screen view (curses: works over ssh) that quits on ``q`` or Ctrl-C;
+with ``--batch``, or when stdout is not a terminal, it prints one frame per
+interval instead.
+"""
+
+from __future__ import annotations
+
+import curses
+import time
+
+from otel_gil import ring as ringlib
+from otel_gil.attach import Attachment
+from otel_gil.report import fmt_ns
+
+KEY_POLL_S = 0.05
+
+
+class Frames:
+    """Turns successive polls of an attachment into per-interval tables."""
+
+    def __init__(self, att: Attachment) -> None:
+        self.att = att
+        self._t = att.poll()
+        self._prev = {tid: t.counters for tid, t in att.threads.items()}
+
+    def next(self) -> list[str]:
+        now = self.att.poll()
+        dt = max(now - self._t, 1)
+        rows = []
+        for tid in self.att.present:
+            t = self.att.threads[tid]
+            before = self._prev.get(tid, ringlib.ZERO)
+            hold, wait = t.counters.hold_ns - before.hold_ns, t.counters.wait_ns - before.wait_ns
+            acq, convoy = t.counters.acquisitions - before.acquisitions, t.counters.convoy_waits - before.convoy_waits
+            if hold >= 0 and wait >= 0:  # negative: the tid was reused by a new thread this interval
+                rows.append((hold, wait, tid, t.name, acq, convoy))
+        self._prev = {tid: t.counters for tid, t in self.att.threads.items()}
+        self._t = now
+        rows.sort(reverse=True)  # by hold: the holders are the cause
+        held, waited = sum(r[0] for r in rows), sum(r[1] for r in rows)
+        lines = [
+            f"otel-gil top: pid {self.att.pid}, last {dt / 1e9:.1f} s: GIL held {100 * held / dt:.0f} %, "
+            f"waited {100 * waited / dt:.0f} % (summed over threads)",
+            self.att.plan.interpreter,
+            "",
+            f"{'tid':>8} {'thread':<20} {'hold %':>7} {'wait %':>7} {'held':>8} {'waited':>8} {'acq/s':>8} {'convoy':>7}",
+        ]
+        for hold, wait, tid, name, acq, convoy in rows:
+            lines.append(
+                f"{tid:>8} {name[:20]:<20} {100 * hold / dt:>6.1f}% {100 * wait / dt:>6.1f}% {fmt_ns(hold):>8} "
+                f"{fmt_ns(wait):>8} {acq * 1e9 / dt:>8.0f} {convoy:>7}"
+            )
+        return lines
+
+
+def batch(att: Attachment, interval: float, count: int | None) -> None:
+    """Print a frame every ``interval`` s, ``count`` times (forever if None) or until the process exits."""
+    frames = Frames(att)
+    n = 0
+    while count is None or n < count:
+        time.sleep(interval)
+        if not att.alive:
+            print(f"pid {att.pid} exited")
+            return
+        print("\n".join(frames.next()) + "\n", flush=True)
+        n += 1
+
+
+def live(att: Attachment, interval: float) -> None:
+    """Full-screen view until q, Ctrl-C or the process's exit."""
+    curses.wrapper(_live, att, interval)
+
+
+def _live(screen, att: Attachment, interval: float) -> None:
+    curses.curs_set(0)
+    screen.timeout(int(KEY_POLL_S * 1000))
+    frames = Frames(att)
+    lines = ["attached; the first figures come after one interval", "", "q quits"]
+    due = time.monotonic() + interval
+    while True:
+        if time.monotonic() >= due:
+            if not att.alive:
+                return
+            lines = frames.next() + ["", "q quits"]
+            due += interval
+        height, width = screen.getmaxyx()
+        screen.erase()
+        for y, line in enumerate(lines[:height]):
+            screen.addnstr(y, 0, line, width - 1)
+        screen.refresh()
+        if screen.getch() in (ord("q"), ord("Q")):
+            return
