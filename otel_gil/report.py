@@ -55,11 +55,17 @@ def capture(pid: int, duration_s: float, progress: Callable[[str], None] = print
         samples: list[tuple[int, dict[int, tuple[int, int]]]] = []
         deadline = att.start_ns + int(duration_s * 1e9)
         end = att.start_ns
+        countdown, shown = sys.stderr.isatty(), 0  # seconds captured, shown on a terminal
         while end < deadline and att.alive:
             time.sleep(min(POLL_S, max(deadline - time.monotonic_ns(), 0) / 1e9))
             end = att.poll()
             if not samples or end - samples[-1][0] >= sample_every:
                 samples.append((end, {tid: (t.counters.hold_ns, t.counters.wait_ns) for tid, t in att.threads.items()}))
+            if countdown and (end - att.start_ns) // 10**9 > shown:
+                shown = (end - att.start_ns) // 10**9
+                print(f"\r{shown}/{duration_s:g} s", end="", file=sys.stderr, flush=True)
+        if shown:
+            print(file=sys.stderr)
         if not att.alive:
             progress(f"pid {pid} exited during the capture: reporting up to its exit")
         header = att.header
