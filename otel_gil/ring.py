@@ -10,8 +10,9 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import struct
 from dataclasses import dataclass
-from typing import Iterator, NamedTuple
+from typing import Iterator, NamedTuple, Optional
 
 MAGIC = 0x004C49474C45544F
 LAYOUT_VERSION = 3
@@ -90,6 +91,23 @@ class Header(ctypes.Structure):
 SLOT_SIZE = ctypes.sizeof(Slot)
 
 
+def _leading_fields(structure, last: str) -> struct.Struct:
+    """A struct.Struct reading ``structure``'s fields up to ``last`` in one call (span hooks are hot)."""
+    codes = {ctypes.sizeof(_u32): "I", ctypes.sizeof(_u64): "Q"}
+    fmt = "<"
+    for name, ctype in structure._fields_:
+        assert getattr(structure, name).offset == struct.calcsize(fmt), f"padding before {name}"
+        fmt += codes[ctypes.sizeof(ctype)]
+        if name == last:
+            return struct.Struct(fmt)
+    raise ValueError(last)
+
+
+_SLOT_HEAD = _leading_fields(Slot, "acquired_ns")  # seq .. acquired_ns
+_TID = struct.Struct("<I")
+_TID_OFFSET = Slot.tid.offset
+
+
 class LayoutError(Exception):
     """The mapped region is not an otel-gil ring this reader understands."""
 
@@ -105,6 +123,7 @@ class Counters(NamedTuple):
 
 
 ZERO = Counters(0, 0, 0, 0, 0)
+_new_tuple = tuple.__new__
 
 
 @dataclass(frozen=True)
@@ -116,15 +135,19 @@ class Wait:
     blocker_tid: int
 
 
+def _closed(wait: int, hold: int, acquisitions: int, convoy: int, long_waits: int,
+            wait_start: int, acquired: int, now_ns: int) -> Counters:
+    if wait_start and now_ns > wait_start:
+        wait += now_ns - wait_start
+    if acquired and now_ns > acquired:
+        hold += now_ns - acquired
+    return _new_tuple(Counters, (wait, hold, acquisitions, convoy, long_waits))  # twice as fast as Counters(...)
+
+
 def counters(slot: Slot, now_ns: int) -> Counters:
     """Figures of ``slot``, with any open wait or hold counted up to ``now_ns``."""
-    wait = slot.wait_ns
-    if slot.wait_start_ns and now_ns > slot.wait_start_ns:
-        wait += now_ns - slot.wait_start_ns
-    hold = slot.hold_ns
-    if slot.acquired_ns and now_ns > slot.acquired_ns:
-        hold += now_ns - slot.acquired_ns
-    return Counters(wait, hold, slot.acquisitions, slot.convoy_waits, slot.long_waits)
+    return _closed(slot.wait_ns, slot.hold_ns, slot.acquisitions, slot.convoy_waits, slot.long_waits,
+                   slot.wait_start_ns, slot.acquired_ns, now_ns)
 
 
 def long_waits_since(slot: Slot, since: int) -> tuple[list[Wait], int]:
@@ -191,6 +214,7 @@ class Ring:
             raise LayoutError(f"mapping of {size} B is too small for {h.nslots} slots")
         self.nslots = h.nslots
         self._slots = [Slot.from_address(address + i * SLOT_SIZE) for i in range(1, h.nslots + 1)]
+        self._bytes = memoryview((ctypes.c_char * size).from_address(address)).cast("B")
 
     @classmethod
     def map_fd(cls, fd: int, size: int) -> "Ring":
@@ -223,15 +247,26 @@ class Ring:
 
     def find(self, tid: int, hint: int = -1) -> int:
         """Index of ``tid``'s slot (``hint`` first), -1 if the thread has none yet."""
-        slots = self._slots
-        if 0 <= hint < len(slots) and slots[hint].tid == tid:
+        n, read, data = self.nslots, _TID.unpack_from, self._bytes
+        if 0 <= hint < n and read(data, (hint + 1) * SLOT_SIZE + _TID_OFFSET)[0] == tid:
             return hint
-        n = len(slots)
         for i in range(PROBE_LEN):
             idx = (tid + i) % n
-            if slots[idx].tid == tid:
+            if read(data, (idx + 1) * SLOT_SIZE + _TID_OFFSET)[0] == tid:
                 return idx
         return -1
+
+    def read(self, index: int, tid: int, now_ns: int) -> Optional[Counters]:
+        """The calling thread's figures at ``now_ns`` from slot ``index``, in one read; None if not its slot.
+
+        Only for the caller's own slot: the BPF side writes it only on this
+        thread's GIL hand-offs, which cannot happen while it runs Python code.
+        """
+        _, owner, _, wait, hold, acq, convoy, long_waits, wait_start, acquired = _SLOT_HEAD.unpack_from(
+            self._bytes, (index + 1) * SLOT_SIZE)
+        if owner != tid:
+            return None
+        return _closed(wait, hold, acq, convoy, long_waits, wait_start, acquired, now_ns)
 
     def slot(self, index: int) -> Slot:
         return self._slots[index]

@@ -50,11 +50,15 @@ def _thread_tid(generation: int) -> list:
 
 
 def _read(ring: ringlib.Ring, cache: list, now: int) -> ringlib.Counters:
-    index = ring.find(cache[1], cache[2])
+    if cache[2] >= 0:
+        counters = ring.read(cache[2], cache[1], now)
+        if counters is not None:
+            return counters
+    index = ring.find(cache[1])
     if index < 0:
         return ringlib.ZERO  # no GIL hand-off on this thread since registration
     cache[2] = index
-    return ringlib.counters(ring.slot(index), now)
+    return ring.read(index, cache[1], now)
 
 
 def snapshot(registration: Registration, metrics: Optional[GilMetrics] = None) -> _Start:
@@ -64,6 +68,13 @@ def snapshot(registration: Registration, metrics: Optional[GilMetrics] = None) -
     if ring is None or status != REGISTERED:
         return _Start(registration, None, generation, cache[1], now, wall, ringlib.ZERO, status, metrics)
     return _Start(registration, ring, generation, cache[1], now, wall, _read(ring, cache, now), status, metrics)
+
+
+def _last_wait_end(ring: ringlib.Ring, index: int, counters: ringlib.Counters) -> int:
+    """When the thread's latest long wait ended (0 if it had none)."""
+    if not counters.long_waits:
+        return 0
+    return ring.slot(index).ring[(counters.long_waits - 1) % ringlib.RING_LEN].end_ns
 
 
 def figures(
@@ -99,8 +110,8 @@ def figures(
     acquisitions = end.acquisitions - begin.acquisitions
     convoy = end.convoy_waits - begin.convoy_waits
     events = []
-    if cache[2] >= 0 and end.long_waits:
-        gap = max(start.wall_ns - span_start_ns, 0)
+    gap = max(start.wall_ns - span_start_ns, 0)
+    if cache[2] >= 0 and (end.long_waits > begin.long_waits or gap and _last_wait_end(ring, cache[2], end) > start.mono_ns - gap):
         since = begin.long_waits if not gap else max(begin.long_waits - ringlib.RING_LEN, 0)
         waits, _ = ringlib.long_waits_since(ring.slot(cache[2]), since)
         dropped = end.long_waits - begin.long_waits - ringlib.RING_LEN
@@ -124,10 +135,10 @@ def figures(
     duration = max(span_end_ns - span_start_ns, now - start.mono_ns, 1)
     attrs.update(
         {
-            "gil.wait_ms": round(wait / 1e6, 3),
-            "gil.hold_ms": round(hold / 1e6, 3),
-            "gil.wait_ratio": round(wait / duration, 4),
-            "gil.hold_ratio": round(hold / duration, 4),
+            "gil.wait_ms": wait / 1e6,  # not rounded: round() costs more than the rest of the figures
+            "gil.hold_ms": hold / 1e6,
+            "gil.wait_ratio": wait / duration,
+            "gil.hold_ratio": hold / duration,
             "gil.acquisitions": acquisitions,
             "gil.convoy_waits": convoy,
         }
@@ -177,7 +188,7 @@ def end_wrapper(wrapped, instance: Span, args, kwargs):
         now = min(now, start.mono_ns + max(end_time - start.wall_ns, 0))
     try:
         attrs, events = figures(start, instance.start_time, end_time, now)
-        instance.set_attributes(attrs)
+        _set_attributes(instance, attrs)
         for name, attributes, timestamp in events:
             instance.add_event(name, attributes, timestamp)
         if start.metrics is not None and instance.kind is SpanKind.SERVER and "gil.wait_ratio" in attrs:
@@ -186,6 +197,30 @@ def end_wrapper(wrapped, instance: Span, args, kwargs):
     except Exception:
         _log_once("otel-gil: computing the GIL figures of a span failed")
     return wrapped(end_time=end_time)
+
+
+def _set_attributes(span: Span, attrs: dict) -> None:
+    """``span.set_attributes(attrs)``, without the SDK's per-value cleaning where that is safe.
+
+    Our values are already clean (numbers, a thread name): with room under the
+    span's attribute limits, they go straight into its attribute dict, under the
+    span's and the dict's locks, as ``set_attributes`` would leave them. Cleaning
+    eight values costs more than everything else otel-gil does per span.
+    Anything unexpected (another SDK's internals, limits that would apply) takes
+    the public path.
+    """
+    bounded = getattr(span, "_attributes", None)
+    target, lock = getattr(bounded, "_dict", None), getattr(bounded, "_lock", None)
+    if (
+        isinstance(target, dict) and lock is not None and getattr(bounded, "_immutable", True) is False
+        and getattr(bounded, "max_value_len", 0) is None
+        and (bounded.maxlen is None or len(target) + len(attrs) <= bounded.maxlen)
+    ):
+        with span._lock, lock:
+            if span.end_time is None:
+                target.update(attrs)
+                return
+    span.set_attributes(attrs)
 
 
 _logged: set[str] = set()

@@ -156,8 +156,8 @@ def test_long_waits_before_a_backdated_start_are_counted(setup):
     tracer, _, ring, exporter = setup
     s = my_slot(ring)
     now = time.monotonic_ns()
-    record_wait(s, now - 40_000_000, now - 30_000_000, blocker=1)  # inside the backdated stretch
     record_wait(s, now - 90_000_000, now - 80_000_000, blocker=1)  # before the span
+    record_wait(s, now - 40_000_000, now - 30_000_000, blocker=1)  # inside the backdated stretch
     with tracer.start_as_current_span("GET /io", start_time=time.time_ns() - 50_000_000):
         pass
     (span,) = exporter.get_finished_spans()
