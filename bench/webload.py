@@ -1,0 +1,138 @@
+"""gunicorn + Flask under wrk on loopback: none vs OpenTelemetry vs OpenTelemetry + otel-gil.
+
+    sudo .venv/bin/python bench/webload.py [--rounds 3] [--seconds 10]
+
+The app (bench/webload_app.py) has /hello (a constant) and /work (~2 ms of pure-Python
+work). Server: gunicorn, 2 sync workers, on 127.0.0.1. Load: wrk, 1 thread, 8
+connections, --latency. wrk and the server share the machine's cores. Modes, in
+rotating order each round, a fresh server each:
+  none           plain gunicorn
+  otel           opentelemetry-instrument (Flask instrumentation; traces exported
+                 nowhere: OTEL_TRACES_EXPORTER=none, so spans are made and ended but
+                 the exporter's cost does not drown the comparison); otel-gil off
+                 (OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=gil)
+  otel+otel-gil  the same with otel-gil on and the collector running: every
+                 worker registers, every hand-off is traced, every span gets gil.*
+Writes the section "http" of bench/RESULTS.md and the raw runs to bench/out/webload.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+import results  # noqa: E402
+import stack  # noqa: E402
+
+MODES = ("none", "otel", "otel+otel-gil")
+ROUTES = ("/hello", "/work")
+PORT = 8091
+BIN = Path(sys.executable).parent
+
+
+def start_server(mode: str, sock: str, log: Path) -> subprocess.Popen:
+    argv = [str(BIN / "gunicorn"), "-b", f"127.0.0.1:{PORT}", "-w", "2", "-k", "sync", "webload_app:app"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OTEL_SERVICE_NAME": "bench-http", "OTEL_TRACES_EXPORTER": "none",
+           "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none", "OTEL_GIL_SOCKET": sock}
+    if mode != "none":
+        argv = [str(BIN / "opentelemetry-instrument"), *argv]
+    if mode == "otel":
+        env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "gil"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, cwd=ROOT / "bench", env=env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/hello", timeout=2):
+                return proc
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"gunicorn ({mode}) did not come up:\n{log.read_text()[-3000:]}")
+
+
+def wrk(route: str, seconds: float) -> dict:
+    out = subprocess.run(["wrk", "-t1", "-c8", f"-d{seconds:g}s", "--latency", f"http://127.0.0.1:{PORT}{route}"],
+                         capture_output=True, text=True, check=True).stdout
+    if "Non-2xx" in out or "Socket errors" in out:
+        raise RuntimeError(f"wrk saw errors:\n{out}")
+
+    def latency_ms(label: str) -> float:
+        value, unit = re.search(rf"^\s+{label}\s+([\d.]+)(us|ms|s)\s*$", out, re.M).groups()
+        return float(value) * {"us": 1e-3, "ms": 1, "s": 1e3}[unit]
+
+    return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
+            "p50_ms": latency_ms("50%"), "p99_ms": latency_ms("99%")}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=10)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="otel-gil-bench-"))
+    sock = str(work / "gil.sock")
+    collector = stack.start_collector(sock, work / "collector.log")
+    raw: dict[str, dict[str, list[dict]]] = {m: {r: [] for r in ROUTES} for m in MODES}
+    try:
+        for i in range(args.rounds):
+            for mode in MODES[i % 3:] + MODES[:i % 3]:
+                before = collector.log_text().count("registered:")
+                server = start_server(mode, sock, work / f"{mode}.log")
+                try:
+                    for route in ROUTES:
+                        wrk(route, 2)  # warm-up: every worker has served, registered and imported all
+                        raw[mode][route].append(wrk(route, args.seconds))
+                finally:
+                    server.terminate()
+                    server.wait(30)
+                registered = collector.log_text().count("registered:") - before
+                if (mode == "otel+otel-gil") != (registered >= 2):
+                    raise RuntimeError(f"{mode}: {registered} processes registered with the collector")
+            print(f"round {i + 1}/{args.rounds}: " + ", ".join(
+                f"{m} {r} {raw[m][r][-1]['rps']:.0f}/s" for m in MODES for r in ROUTES), flush=True)
+    finally:
+        collector.stop()
+    results.OUT.mkdir(exist_ok=True)
+    (results.OUT / "webload.json").write_text(json.dumps(raw, indent=1))
+    med = {m: {r: {k: statistics.median(run[k] for run in raw[m][r]) for k in ("rps", "p50_ms", "p99_ms")}
+               for r in ROUTES} for m in MODES}
+    lines = [
+        f"`sudo .venv/bin/python bench/webload.py --rounds {args.rounds} --seconds {args.seconds:g}` on {results.machine()}. "
+        f"gunicorn 2 sync workers + Flask, wrk -t1 -c8 -d{args.seconds:g}s --latency on loopback (sharing the 2 cores), "
+        f"medians of {args.rounds} rounds, modes in rotating order, a fresh server per mode and round; "
+        "/work is ~2 ms of pure-Python work. Traces are exported nowhere (OTEL_TRACES_EXPORTER=none).",
+        "",
+        "| route | mode | req/s | vs none | vs otel | p50 ms | p99 ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for route in ROUTES:
+        for m in MODES:
+            v = med[m][route]
+            lines.append(f"| {route} | {m} | {v['rps']:.0f} | {v['rps'] / med['none'][route]['rps']:.3f}x | "
+                         f"{v['rps'] / med['otel'][route]['rps']:.3f}x | {v['p50_ms']:.2f} | {v['p99_ms']:.2f} |")
+    loss = {r: 100 * (1 - med["otel+otel-gil"][r]["rps"] / med["otel"][r]["rps"]) for r in ROUTES}
+    lines += ["", f"otel-gil's req/s loss on top of OpenTelemetry: /hello {loss['/hello']:.1f} % (target ≤ 3 %: "
+              f"{'met' if loss['/hello'] <= 3 else 'not met'}), /work {loss['/work']:.1f} % (target ≤ 1 %: "
+              f"{'met' if loss['/work'] <= 1 else 'not met'})."]
+    body = "\n".join(lines)
+    results.write_section("http", body)
+    print(body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
