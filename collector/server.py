@@ -118,7 +118,7 @@ class Server:
         if group is not None:
             os.chown(path, -1, group)
         os.chmod(path, mode)
-        sock.listen(64)
+        sock.listen(socket.SOMAXCONN)  # a fleet of workers may start at once; each waits its turn
         sock.setblocking(False)
         return sock
 

@@ -13,6 +13,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from typing import Optional
 
 from otel_gil import protocol
@@ -27,6 +28,7 @@ NO_COLLECTOR = "no_collector"
 _PERMANENT = {protocol.UNSUPPORTED_INTERPRETER, protocol.GIL_DISABLED, protocol.UNSUPPORTED_VERSION}
 _REPLY_TIMEOUT_S = 30.0
 _BACKOFF_S = (0.5, 30.0)
+_BUSY_RETRY_S = 0.05
 
 
 def _gil_enabled() -> bool:
@@ -123,7 +125,7 @@ class Registration:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sock.settimeout(_REPLY_TIMEOUT_S)
         try:
-            sock.connect(self.socket_path)
+            self._connect(sock)
             protocol.send(
                 sock,
                 {
@@ -160,6 +162,18 @@ class Registration:
         self._set(ring, REGISTERED, "")
         log.info("otel-gil: registered with the collector at %s", self.socket_path)
         return False
+
+    def _connect(self, sock: socket.socket) -> None:
+        """Connect, waiting while the collector's accept queue is full (it is busy registering others)."""
+        deadline = time.monotonic() + _REPLY_TIMEOUT_S
+        while True:
+            try:
+                sock.connect(self.socket_path)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline or self._stop.is_set():
+                    raise
+                time.sleep(_BUSY_RETRY_S)
 
     def _hold_connection(self) -> None:
         """Block until the collector hangs up (restart, crash), then drop the stale ring."""

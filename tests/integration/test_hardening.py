@@ -1,6 +1,7 @@
 """Hostile clients, churn and faults: the collector neither crashes nor leaks, apps
 never break, figures stay right."""
 
+import json
 import os
 import random
 import shutil
@@ -167,6 +168,36 @@ def test_thousand_register_exit_cycles_leak_nothing(collector):
     # ~3,000 closes drains for a few minutes after the cycles end.
     after = settled(collector, baseline, timeout=600)
     assert not leaked(baseline, after), (baseline, after)
+
+
+FLEET = r"""
+import json, os, sys, threading, time
+from otel_gil.client import Registration
+reg = Registration(sys.argv[1]); reg.start(); reg.wait(120)
+r, w = os.pipe()
+for _ in range(100):
+    os.write(w, b"x"); os.read(r, 1)
+i = reg.ring.find(threading.get_native_id()) if reg.ring else -1
+print(json.dumps({"status": reg.status, "detail": reg.detail, "own_acquisitions": reg.ring.slot(i).acquisitions if i >= 0 else 0}), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_hundred_processes_register_at_once(collector):
+    """More than a listen backlog's worth at once (a fleet of workers starting): every one
+    waits its turn and registers; none is told there is no collector."""
+    baseline = collector_fds(collector)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-c", FLEET, collector.address], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=env) for _ in range(100)]
+    try:
+        results = [json.loads(p.stdout.readline()) for p in procs]
+    finally:
+        for p in procs:
+            p.stdin.close()
+            p.wait()
+    assert [r for r in results if r["status"] != "ok" or r["own_acquisitions"] < 200] == []
+    assert not leaked(baseline, settled(collector, baseline, timeout=120))
 
 
 def test_thread_churn_keeps_every_span_right(collector):
