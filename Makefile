@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 # The oldest OpenTelemetry SDK we support, for the span-hook tests.
 SDK_MIN := opentelemetry-api==1.30.0 opentelemetry-sdk==1.30.0 opentelemetry-instrumentation==0.51b0
 
-.PHONY: host venv matrix tools demo test test-sdk-min clean
+.PHONY: host venv matrix tools demo test test-sdk-min bench clean
 
 host:
 	scripts/setup-host.sh
@@ -34,6 +34,15 @@ tools:
 
 test: host venv matrix tools test-sdk-min
 	$(PY) -m pytest -ra tests
+
+# Every benchmark, side by side in one run each; results in bench/RESULTS.md (minutes; run on an idle machine).
+bench: host venv
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) bench/handoff.py --rounds 5
+	$(PY) bench/spancost.py --spans 30000 --rounds 7
+	$(PY) bench/webload.py --rounds 3 --seconds 8
+	$(PY) bench/peers.py --rounds 3 --seconds 5
+	$(PY) bench/scale.py --threads 1000 --processes 100
 
 .venv-sdk-min/bin/python: pyproject.toml
 	$(PYTHON) -m venv .venv-sdk-min
