@@ -46,11 +46,11 @@ class Frames:
             f"waited {100 * waited / dt:.0f} % (summed over threads)",
             self.att.plan.interpreter,
             "",
-            f"{'tid':>8} {'thread':<20} {'hold %':>7} {'wait %':>7} {'held':>8} {'waited':>8} {'acq/s':>8} {'convoy':>7}",
+            f"{'tid':>8} {'thread':<19} {'hold %':>7} {'wait %':>7} {'held':>8} {'waited':>8} {'acq/s':>8} {'convoy':>7}",
         ]
         for hold, wait, tid, name, acq, convoy in rows:
             lines.append(
-                f"{tid:>8} {name[:20]:<20} {100 * hold / dt:>6.1f}% {100 * wait / dt:>6.1f}% {fmt_ns(hold):>8} "
+                f"{tid:>8} {name[:19]:<19} {100 * hold / dt:>6.1f}% {100 * wait / dt:>6.1f}% {fmt_ns(hold):>8} "
                 f"{fmt_ns(wait):>8} {acq * 1e9 / dt:>8.0f} {convoy:>7}"
             )
         return lines

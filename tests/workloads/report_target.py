@@ -14,7 +14,9 @@ import time
 
 libc = ctypes.PyDLL(None)
 go = threading.Event()
-signal.signal(signal.SIGUSR1, lambda *_: go.set())
+# SIGUSR1 goes to main's sigwait: blocked before any thread starts (they inherit the mask), or
+# the kernel could deliver it to a thread blocked in read() while main never runs the handler.
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
 pipes = [os.pipe(), os.pipe()]
 truth = {"hog_hold_ns": 0, "io_wait_ns": [0, 0], "tids": {}, "bursts": []}  # bursts: [start, end] monotonic ns
 BURSTS, BURST_US = int(sys.argv[1]) if len(sys.argv) > 1 else 10, 50_000
@@ -58,6 +60,8 @@ for t in threads:
     t.start()
 started.wait()
 print("ready", json.dumps(truth["tids"]), flush=True)
+signal.sigwait({signal.SIGUSR1})
+go.set()
 done.wait()
 time.sleep(0.2)
 print(json.dumps(truth), flush=True)
