@@ -104,17 +104,17 @@ def figures(
         attrs["gil.status"] = reg.status if reg.status != REGISTERED else COLLECTOR_CHANGED
         return attrs, []
     end = _read(ring, cache, now)
-    begin = start.counters
-    wait = end.wait_ns - begin.wait_ns
-    hold = end.hold_ns - begin.hold_ns
-    acquisitions = end.acquisitions - begin.acquisitions
-    convoy = end.convoy_waits - begin.convoy_waits
+    wait1, hold1, acquisitions1, convoy1, long_waits1 = end
+    wait0, hold0, acquisitions0, convoy0, long_waits0 = start.counters
+    wait, hold, acquisitions, convoy = wait1 - wait0, hold1 - hold0, acquisitions1 - acquisitions0, convoy1 - convoy0
     events = []
-    gap = max(start.wall_ns - span_start_ns, 0)
-    if cache[2] >= 0 and (end.long_waits > begin.long_waits or gap and _last_wait_end(ring, cache[2], end) > start.mono_ns - gap):
-        since = begin.long_waits if not gap else max(begin.long_waits - ringlib.RING_LEN, 0)
+    # A long wait wholly before the span object existed fits only in a gap at least that long.
+    gap = start.wall_ns - span_start_ns
+    gap = gap if gap >= ring.long_wait_ns else 0
+    if cache[2] >= 0 and (long_waits1 > long_waits0 or gap and _last_wait_end(ring, cache[2], end) > start.mono_ns - gap):
+        since = long_waits0 if not gap else max(long_waits0 - ringlib.RING_LEN, 0)
         waits, _ = ringlib.long_waits_since(ring.slot(cache[2]), since)
-        dropped = end.long_waits - begin.long_waits - ringlib.RING_LEN
+        dropped = long_waits1 - long_waits0 - ringlib.RING_LEN
         if dropped > 0:
             attrs["gil.long_waits_dropped"] = dropped
         names = threads.names()
