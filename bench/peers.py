@@ -3,7 +3,9 @@
     sudo .venv/bin/python bench/peers.py [--rounds 3] [--seconds 5]
 
 Workload: bench/peers_workload.py (a hog holding the GIL for 20 ms every 50 ms via
-ctypes.PyDLL, two victims woken at each burst's start). Modes, in rotating order
+ctypes.PyDLL, two victims woken at each burst's start). Why the burst ends at a
+deadline and is not timed after the call: the hog drops the GIL to the waiting
+victims as soon as the call returns, so a clock read after it would add their turn. Modes, in rotating order
 each round, each run twice in fresh processes: once as is (accuracy: every tool's
 reading against the truth) and once with a pipe-pinging worker thread (overhead:
 its ops/s against no instrumentation):
@@ -116,7 +118,8 @@ def main() -> int:
     lines = [
         f"`sudo .venv/bin/python bench/peers.py --rounds {args.rounds} --seconds {args.seconds:g}` on "
         f"{results.machine()}; {versions}. Medians of {args.rounds} rounds, modes in rotating order, fresh "
-        "processes. Truth: the hog's PyDLL bursts (20 ms every 50 ms), timed around each call; each victim "
+        "processes. Truth: the hog's PyDLL bursts (20 ms every 50 ms), a sleep to an absolute deadline (the "
+        "truth is the requested span: waking takes some µs more); each victim "
         "waits from its wake-up to the burst's end. Overhead: ops/s of a worker thread pinging a pipe "
         "(2 GIL hand-offs per op) next to the same hog.",
         "",

@@ -3,7 +3,8 @@
 Usage: peers_workload.py MODE SECONDS [worker]   (MODE: none, otel, otel+otel-gil, gilknocker, py-spy)
 
 Threads: a hog that every 50 ms wakes two victims (a byte on each one's pipe) and
-then holds the GIL for 20 ms in a ``ctypes.PyDLL`` call (truth: the call's length;
+then holds the GIL for 20 ms in a ``ctypes.PyDLL`` call, clock_nanosleep to an absolute
+deadline (truth: start to deadline; waking takes some µs more, so a lower bound by that;
 each victim waits from the wake-up to the burst's end; nothing else holds the GIL
 for long, so the hog's hold is the GIL's busy time). With ``worker``, also a thread
 pinging a pipe (os.write + os.read: two GIL hand-offs per op) whose ops/s are the
@@ -21,7 +22,14 @@ import sys
 import threading
 import time
 
-PERIOD_S, BURST_US = 0.05, 20_000
+PERIOD_S, BURST_NS = 0.05, 20_000_000
+CLOCK_MONOTONIC, TIMER_ABSTIME = 1, 1
+
+
+class Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
 mode, seconds, with_worker = sys.argv[1], float(sys.argv[2]), sys.argv[3:] == ["worker"]
 libc = ctypes.PyDLL(None)  # calls keep the GIL
 tracer = None
@@ -74,8 +82,11 @@ def hog() -> None:
             for _, w in pipes:
                 libc.write(w, b"x", 1)
             t0 = time.monotonic_ns()
-            libc.usleep(BURST_US)
-            t1 = time.monotonic_ns()
+            t1 = t0 + BURST_NS
+            # Sleep to an absolute end: a clock read after the call would come after the waiting
+            # victims had their turn (the hog drops the GIL as soon as the call returns).
+            deadline = Timespec(t1 // 10**9, t1 % 10**9)
+            libc.clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, ctypes.byref(deadline), None)
             truth["hog_hold_ns"] += t1 - t0
             for i in range(2):
                 truth["victim_wait_ns"][i] += t1 - woke
