@@ -9,4 +9,7 @@ OTEL_GIL_LONG_WAIT_MS = "OTEL_GIL_LONG_WAIT_MS"
 OTEL_GIL_REGISTER_TIMEOUT_S = "OTEL_GIL_REGISTER_TIMEOUT_S"
 """How long ``instrument()`` waits for the first registration before going on (default 2)."""
 
+OTEL_GIL_NO_EXTENSIONS = "OTEL_GIL_NO_EXTENSIONS"
+"""Set to 1 to use the Python span hooks even where the C ones (``otel_gil._fastspan``) were built."""
+
 DEFAULT_SOCKET = "/run/otel-gil/otel-gil.sock"

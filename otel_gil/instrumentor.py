@@ -13,10 +13,10 @@ from opentelemetry.instrumentation.utils import unwrap
 from opentelemetry.sdk.trace import Span
 
 from otel_gil.client import Registration
-from otel_gil.environment_variables import OTEL_GIL_LONG_WAIT_MS, OTEL_GIL_REGISTER_TIMEOUT_S
+from otel_gil.environment_variables import OTEL_GIL_LONG_WAIT_MS, OTEL_GIL_NO_EXTENSIONS, OTEL_GIL_REGISTER_TIMEOUT_S
 from otel_gil.metrics import GilMetrics
 from otel_gil.package import _instruments
-from otel_gil.spans import GilSpanProcessor, end_wrapper
+from otel_gil.spans import GilSpanProcessor
 from otel_gil.version import __version__
 
 log = logging.getLogger("otel_gil")
@@ -60,9 +60,10 @@ class GilInstrumentor(BaseInstrumentor):
         registration = Registration(kwargs.get("socket_path"), int(long_wait_ms * 1e6), timeout)
         registration.start()
         meter = metrics.get_meter(__name__, __version__, kwargs.get("meter_provider"))
-        processor = GilSpanProcessor(registration, GilMetrics(registration, meter))
+        fast = os.environ.get(OTEL_GIL_NO_EXTENSIONS, "").strip().lower() not in ("1", "true", "yes")
+        processor = GilSpanProcessor(registration, GilMetrics(registration, meter), fast=fast)
         provider.add_span_processor(processor)
-        wrapt.wrap_function_wrapper(Span, "end", end_wrapper)
+        wrapt.wrap_function_wrapper(Span, "end", processor.end_hook)
         GilInstrumentor._registration, GilInstrumentor._processor = registration, processor
         registration.wait(timeout)
 

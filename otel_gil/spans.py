@@ -1,5 +1,11 @@
 """GIL figures on spans: a snapshot of the thread's slot when a span starts, the
-difference when it ends, set as attributes and events before the span freezes."""
+difference when it ends, set as attributes and events before the span freezes.
+
+The hooks here are the reference. Where the optional C extension
+(``otel_gil/_fastspan.c``) was built, it takes the common case (start and end on
+one thread of a registered process, no long wait in the span) at a fraction of
+the cost, and hands every other case to these functions.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,11 @@ from otel_gil import ring as ringlib
 from otel_gil import threads
 from otel_gil.client import REGISTERED, Registration
 from otel_gil.metrics import GilMetrics
+
+try:
+    from otel_gil import _fastspan
+except ImportError:  # built without a C compiler: the Python hooks alone
+    _fastspan = None
 
 log = logging.getLogger("otel_gil")
 
@@ -147,16 +158,42 @@ def figures(
 
 
 class GilSpanProcessor(SpanProcessor):
-    """Snapshots the thread's GIL counters as each span starts (figures land at ``Span.end``)."""
+    """Snapshots the thread's GIL counters as each span starts (figures land at ``Span.end``).
 
-    def __init__(self, registration: Registration, metrics: Optional[GilMetrics] = None) -> None:
+    ``end_hook`` is the wrapper to put on ``Span.end`` (wrapt's signature): the C
+    one when ``fast`` and the extension is built, else :func:`end_wrapper`.
+    """
+
+    def __init__(self, registration: Registration, metrics: Optional[GilMetrics] = None, fast: bool = True) -> None:
         self.registration = registration
         self.metrics = metrics
-        self.enabled = True
+        self._hooks = None
+        self.end_hook = end_wrapper
+        if fast and _fastspan is not None:
+            self._hooks = _fastspan.Hooks(
+                registration, metrics, REGISTERED, self._snapshot_onto, end_wrapper, record_server_span, SpanKind.SERVER
+            )
+            # The SDK calls these per span: C methods spare it a Python frame each.
+            self.on_start = self._hooks.on_start
+            self.on_end = self._on_ending = self._hooks.ignore
+            self.end_hook = self._hooks.end
+        self._enabled = True
+
+    @property
+    def enabled(self) -> bool:
+        return self._enabled
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        self._enabled = value
+        if self._hooks is not None:
+            self._hooks.enabled = value
 
     def on_start(self, span: Span, parent_context=None) -> None:
-        if not self.enabled:
-            return
+        if self._enabled:
+            self._snapshot_onto(span)
+
+    def _snapshot_onto(self, span: Span) -> None:
         try:
             setattr(span, _SNAPSHOT_ATTR, snapshot(self.registration, self.metrics))
         except Exception:  # never let a span hook break the app
@@ -192,11 +229,19 @@ def end_wrapper(wrapped, instance: Span, args, kwargs):
         for name, attributes, timestamp in events:
             instance.add_event(name, attributes, timestamp)
         if start.metrics is not None and instance.kind is SpanKind.SERVER and "gil.wait_ratio" in attrs:
-            route = instance.attributes.get("http.route") or instance.name
-            start.metrics.record_span(attrs["gil.wait_ratio"], str(route))
+            record_server_span(start, instance, attrs["gil.wait_ratio"])
     except Exception:
         _log_once("otel-gil: computing the GIL figures of a span failed")
     return wrapped(end_time=end_time)
+
+
+def record_server_span(start: _Start, span: Span, wait_ratio: float) -> None:
+    """Feed a server span's wait ratio to the ``gil.wait_ratio`` histogram, by route."""
+    try:
+        route = span.attributes.get("http.route") or span.name
+        start.metrics.record_span(wait_ratio, str(route))
+    except Exception:
+        _log_once("otel-gil: recording the GIL wait ratio of a server span failed")
 
 
 def _set_attributes(span: Span, attrs: dict) -> None:

@@ -1,7 +1,7 @@
 """The convoy effect (Beazley, CPython issue 7946) made visible.
 
-An I/O thread whose reads never block still releases the GIL on each one, and
-must then wait for a CPU-bound thread to be forced off it: the switch interval.
+An I/O thread releases the GIL on each short I/O call and must then wait for a
+CPU-bound thread to be forced off it: a switch interval per call.
 """
 
 import statistics
@@ -14,8 +14,9 @@ def test_io_thread_waits_the_switch_interval(collector):
     io = span(report, "io")
     attrs = io["attributes"]
     interval_ms = report["truth"]["switch_interval_ms"]
-    assert attrs["gil.convoy_waits"] >= 10, attrs
-    assert attrs["gil.acquisitions"] >= 100, attrs
+    reads = report["truth"]["reads"]
+    assert attrs["gil.convoy_waits"] >= 0.8 * reads, attrs  # a call may end before the spinner woke
+    assert attrs["gil.acquisitions"] >= reads, attrs
     per_wait = attrs["gil.wait_ms"] / attrs["gil.convoy_waits"]
     assert interval_ms <= per_wait <= interval_ms * 1.3, attrs
     waits = [e["attributes"]["gil.wait_ms"] for e in io["events"]]

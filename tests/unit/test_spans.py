@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_gil import ring as ringlib
+from otel_gil import spans
 from otel_gil.spans import GilSpanProcessor, end_wrapper
 from synthetic import make_ring, record_wait, slot_for
 
@@ -26,15 +27,30 @@ class FakeRegistration:
     generation: int = 1
 
 
+def processor(reg, metrics=None, *, fast: bool) -> GilSpanProcessor:
+    """The C hooks (otel_gil/_fastspan.c, built by ``pip install -e .``) or the Python ones."""
+    if fast and spans._fastspan is None:
+        pytest.fail("otel_gil._fastspan is not built: pip install -e . (needs a C compiler and Python.h)")
+    made = GilSpanProcessor(reg, metrics, fast=fast)
+    assert (made.end_hook is end_wrapper) is not fast
+    return made
+
+
+@pytest.fixture(params=[False, True], ids=["python-hooks", "c-hooks"])
+def fast(request) -> bool:
+    return request.param
+
+
 @pytest.fixture
-def setup():
+def setup(fast):
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     ring = make_ring()
     reg = FakeRegistration(ring)
-    provider.add_span_processor(GilSpanProcessor(reg))
+    gil = processor(reg, fast=fast)
+    provider.add_span_processor(gil)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    wrapt.wrap_function_wrapper(Span, "end", end_wrapper)
+    wrapt.wrap_function_wrapper(Span, "end", gil.end_hook)
     yield provider.get_tracer("test"), reg, ring, exporter
     unwrap(Span, "end")
 
@@ -126,8 +142,9 @@ def test_collector_restart_during_the_span(setup):
     assert span.attributes["gil.status"] == "collector_changed"
 
 
-def test_a_broken_ring_never_breaks_the_span(setup, caplog):
+def test_a_broken_ring_never_breaks_the_span(setup, caplog, monkeypatch):
     tracer, reg, _, exporter = setup
+    monkeypatch.setattr(spans, "_logged", set())
 
     class Broken:
         def find(self, *_):
@@ -168,7 +185,7 @@ def test_long_waits_before_a_backdated_start_are_counted(setup):
     assert a["gil.wait_ratio"] == pytest.approx(10 / ((span.end_time - span.start_time) / 1e6), rel=0.01)
 
 
-def test_server_spans_feed_the_wait_ratio_histogram():
+def test_server_spans_feed_the_wait_ratio_histogram(fast):
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.trace import SpanKind
@@ -180,8 +197,9 @@ def test_server_spans_feed_the_wait_ratio_histogram():
     reg = FakeRegistration(ring)
     gil_metrics = GilMetrics(reg, MeterProvider([reader]).get_meter("test"))
     provider = TracerProvider()
-    provider.add_span_processor(GilSpanProcessor(reg, gil_metrics))
-    wrapt.wrap_function_wrapper(Span, "end", end_wrapper)
+    gil = processor(reg, gil_metrics, fast=fast)
+    provider.add_span_processor(gil)
+    wrapt.wrap_function_wrapper(Span, "end", gil.end_hook)
     try:
         tracer = provider.get_tracer("test")
         s = my_slot(ring)
@@ -204,3 +222,43 @@ def test_server_spans_feed_the_wait_ratio_histogram():
     (wait,) = points["gil.wait.time"]
     assert wait.attributes == {"thread.name": threading.current_thread().name}
     assert wait.value == pytest.approx(0.008)
+
+
+def test_attribute_limits_hold(fast):
+    """Where the span's limits would drop values, the figures go through set_attributes."""
+    from opentelemetry.sdk.trace import SpanLimits
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(span_limits=SpanLimits(max_span_attributes=4))
+    ring = make_ring()
+    gil = processor(FakeRegistration(ring), fast=fast)
+    provider.add_span_processor(gil)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    wrapt.wrap_function_wrapper(Span, "end", gil.end_hook)
+    try:
+        my_slot(ring)
+        with provider.get_tracer("test").start_as_current_span("x", attributes={"app": 1}):
+            pass
+    finally:
+        unwrap(Span, "end")
+    (span,) = exporter.get_finished_spans()
+    assert len(span.attributes) == 4 and span.dropped_attributes == 5, dict(span.attributes)
+
+
+def test_a_shut_down_processor_adds_nothing(fast):
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    ring = make_ring()
+    gil = processor(FakeRegistration(ring), fast=fast)
+    provider.add_span_processor(gil)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    wrapt.wrap_function_wrapper(Span, "end", gil.end_hook)
+    try:
+        my_slot(ring)
+        gil.shutdown()
+        with provider.get_tracer("test").start_as_current_span("after"):
+            pass
+    finally:
+        unwrap(Span, "end")
+    (span,) = exporter.get_finished_spans()
+    assert not [k for k in span.attributes if k.startswith(("gil.", "thread."))], dict(span.attributes)

@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_gil import GilInstrumentor
 
 _gil_holding_libc = ctypes.PyDLL(None)  # calls keep the GIL
+IO_CALL_S = 100e-6  # convoy: one fast I/O call
 _metric_reader = InMemoryMetricReader()
 
 
@@ -92,9 +93,14 @@ def hog_and_victim(tracer, args) -> dict:
 
 
 def convoy(tracer, args) -> dict:
-    """Beazley's issue 7946: an I/O thread's every read waits for a CPU-bound thread."""
-    r, w = os.pipe()
-    os.write(w, b"x" * args.reads)
+    """Beazley's issue 7946: an I/O thread's every call waits for a CPU-bound thread.
+
+    Each I/O call takes 0.1 ms (a fast backend), long enough for the CPU-bound
+    thread to wake and take the released GIL, so the I/O thread must wait out a
+    switch interval to get it back. (With reads that return at once, the reader
+    wins the race for the GIL it just released as often as not, and how often
+    depends on the machine: CI once saw 1 convoy in 100 reads.)
+    """
     stop = threading.Event()
 
     def cpu() -> None:
@@ -105,7 +111,7 @@ def convoy(tracer, args) -> dict:
     def io() -> None:
         with tracer.start_as_current_span("io"):
             for _ in range(args.reads):
-                os.read(r, 1)  # never blocks, always releases the GIL
+                time.sleep(IO_CALL_S)  # releases the GIL, like any blocking I/O
 
     spinner = threading.Thread(target=cpu, name="cpu-bound")
     reader = threading.Thread(target=io, name="io-reader")

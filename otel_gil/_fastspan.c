@@ -1,0 +1,643 @@
+/* The span hooks of otel_gil/spans.py in C, for the common case.
+ *
+ * A span that starts and ends on one thread of a registered process, with no
+ * long wait in its window, gets its gil.* attributes here: one read of the
+ * thread's slot at start, one at end, eight values into the span's attribute
+ * dict. Everything else (no ring yet, another thread ended the span, long waits
+ * to turn into events, a back-dated start, an SDK whose internals differ) is
+ * handed to the Python hooks, which stay the reference: spans.py documents the
+ * figures and tests/unit/test_fastspan.py checks both agree.
+ *
+ * The slot layout is collector/gil_layout.h, the same file the BPF side uses.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include <linux/types.h> /* the __u32/__u64 of gil_layout.h */
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef Py_GIL_DISABLED
+#error "otel_gil._fastspan needs the GIL (free-threaded builds use the Python hooks)"
+#endif
+
+#include "gil_layout.h"
+
+/* A thread's figures, open wait and hold closed at some instant. */
+struct counters {
+	uint64_t wait_ns, hold_ns, acquisitions, convoy_waits, long_waits;
+};
+
+/* The calling thread's kernel tid and slot, valid for one registration generation. */
+static __thread struct {
+	PyObject *registration; /* compared, never dereferenced */
+	long generation;
+	pid_t tid;
+	long index;
+} tls = {NULL, -1, 0, -1};
+
+/* Interned names and objects resolved once by Hooks.__init__. */
+static PyObject *s_ring, *s_generation, *s_status, *s_address, *s_nslots, *s_long_wait_ns, *s_start_attr,
+	*s_start_time, *s_end_time, *s_attributes, *s_dict, *s_immutable, *s_max_value_len, *s_maxlen,
+	*s_active, *s_name, *s_public_name, *s_kind, *s_set_attributes, *s_end_time_kw;
+static PyObject *k_thread_name, *k_thread_id, *k_wait_ms, *k_hold_ms, *k_wait_ratio, *k_hold_ratio,
+	*k_acquisitions, *k_convoy_waits;
+
+static uint64_t clock_ns(clockid_t clock)
+{
+	struct timespec ts;
+	clock_gettime(clock, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* ---------------------------------------------------------------- Start */
+
+/* What a span needs at its end; the Python hooks read the same fields from it. */
+typedef struct {
+	PyObject_HEAD
+	PyObject *registration;
+	PyObject *ring;    /* the otel_gil.ring.Ring: holding it keeps the mapping alive */
+	PyObject *metrics; /* GilMetrics or None */
+	PyObject *status;
+	const char *base;  /* the mapping */
+	uint32_t nslots;
+	uint64_t long_wait_ns;
+	long generation;
+	long tid;
+	long long mono_ns, wall_ns;
+	struct counters counters;
+} Start;
+
+static void Start_dealloc(Start *self)
+{
+	Py_XDECREF(self->registration);
+	Py_XDECREF(self->ring);
+	Py_XDECREF(self->metrics);
+	Py_XDECREF(self->status);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Start_counters(Start *self, void *closure)
+{
+	const struct counters *c = &self->counters;
+	return Py_BuildValue("(KKKKK)", (unsigned long long)c->wait_ns, (unsigned long long)c->hold_ns,
+			     (unsigned long long)c->acquisitions, (unsigned long long)c->convoy_waits,
+			     (unsigned long long)c->long_waits);
+}
+
+static PyMemberDef Start_members[] = {
+	{"registration", T_OBJECT, offsetof(Start, registration), READONLY, NULL},
+	{"ring", T_OBJECT, offsetof(Start, ring), READONLY, NULL},
+	{"metrics", T_OBJECT, offsetof(Start, metrics), READONLY, NULL},
+	{"status", T_OBJECT, offsetof(Start, status), READONLY, NULL},
+	{"generation", T_LONG, offsetof(Start, generation), READONLY, NULL},
+	{"tid", T_LONG, offsetof(Start, tid), READONLY, NULL},
+	{"mono_ns", T_LONGLONG, offsetof(Start, mono_ns), READONLY, NULL},
+	{"wall_ns", T_LONGLONG, offsetof(Start, wall_ns), READONLY, NULL},
+	{NULL},
+};
+
+static PyGetSetDef Start_getset[] = {
+	{"counters", (getter)Start_counters, NULL, "(wait_ns, hold_ns, acquisitions, convoy_waits, long_waits)", NULL},
+	{NULL},
+};
+
+static PyTypeObject StartType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "otel_gil._fastspan.Start",
+	.tp_basicsize = sizeof(Start),
+	.tp_dealloc = (destructor)Start_dealloc,
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "GIL counters of a thread when a span started (read by the C and Python hooks alike).",
+	.tp_members = Start_members,
+	.tp_getset = Start_getset,
+};
+
+/* ---------------------------------------------------------------- slot reads */
+
+static const volatile struct gil_slot *slot_at(const char *base, long index)
+{
+	return (const volatile struct gil_slot *)(base + (index + 1) * sizeof(struct gil_slot));
+}
+
+/* The slot of the calling thread (tls.tid), -1 if it has none yet; ring.Ring.find in C. */
+static long find_slot(const char *base, uint32_t nslots)
+{
+	uint32_t tid = (uint32_t)tls.tid;
+	if (tls.index >= 0 && tls.index < (long)nslots && slot_at(base, tls.index)->tid == tid)
+		return tls.index;
+	for (uint32_t i = 0; i < GIL_PROBE_LEN; i++) {
+		long index = (long)((tid + i) % nslots);
+		if (slot_at(base, index)->tid == tid)
+			return tls.index = index;
+	}
+	return -1;
+}
+
+/* ring.Ring.read in C. Only the calling thread's own slot: the BPF side writes it
+ * only on this thread's GIL hand-offs, which cannot happen while it runs this. */
+static void read_counters(const char *base, uint32_t nslots, uint64_t now, struct counters *out)
+{
+	long index = find_slot(base, nslots);
+	if (index < 0) {
+		*out = (struct counters){0};
+		return;
+	}
+	const volatile struct gil_slot *s = slot_at(base, index);
+	uint64_t wait_start = s->wait_start_ns, acquired = s->acquired_ns;
+	out->wait_ns = s->wait_ns + (wait_start && now > wait_start ? now - wait_start : 0);
+	out->hold_ns = s->hold_ns + (acquired && now > acquired ? now - acquired : 0);
+	out->acquisitions = s->acquisitions;
+	out->convoy_waits = s->convoy_waits;
+	out->long_waits = s->long_waits;
+}
+
+/* ---------------------------------------------------------------- Hooks */
+
+typedef struct {
+	PyObject_HEAD
+	PyObject *registration;
+	PyObject *metrics;
+	PyObject *ok;          /* the status string of a registered process */
+	PyObject *py_on_start; /* spans.GilSpanProcessor's Python path: (span) -> None */
+	PyObject *py_end;      /* spans.end_wrapper: wrapt's (wrapped, instance, args, kwargs) */
+	PyObject *py_server;   /* spans.record_server_span: (start, span, wait_ratio) -> None */
+	PyObject *server_kind; /* SpanKind.SERVER: only server spans feed the metrics */
+	PyObject *threading;
+	PyObject *ring;        /* the ring the cached fields below describe */
+	const char *base;
+	uint32_t nslots;
+	uint64_t long_wait_ns;
+	int enabled;
+} Hooks;
+
+static int Hooks_traverse(Hooks *self, visitproc visit, void *arg)
+{
+	Py_VISIT(self->registration);
+	Py_VISIT(self->metrics);
+	Py_VISIT(self->py_on_start);
+	Py_VISIT(self->py_end);
+	Py_VISIT(self->py_server);
+	Py_VISIT(self->server_kind);
+	return 0;
+}
+
+static int Hooks_clear(Hooks *self)
+{
+	Py_CLEAR(self->registration);
+	Py_CLEAR(self->metrics);
+	Py_CLEAR(self->ok);
+	Py_CLEAR(self->py_on_start);
+	Py_CLEAR(self->py_end);
+	Py_CLEAR(self->py_server);
+	Py_CLEAR(self->server_kind);
+	Py_CLEAR(self->threading);
+	Py_CLEAR(self->ring);
+	return 0;
+}
+
+static void Hooks_dealloc(Hooks *self)
+{
+	PyObject_GC_UnTrack(self);
+	Hooks_clear(self);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Hooks_init(Hooks *self, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = {"registration", "metrics", "ok", "on_start", "end", "server", "server_kind", NULL};
+	PyObject *registration, *metrics, *ok, *on_start, *end, *server, *server_kind;
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOUOOOO", kwlist, &registration, &metrics, &ok, &on_start, &end,
+					 &server, &server_kind))
+		return -1;
+	PyObject *threading = PyImport_ImportModule("threading");
+	if (threading == NULL)
+		return -1;
+	Hooks_clear(self);
+	Py_INCREF(registration), self->registration = registration;
+	Py_INCREF(metrics), self->metrics = metrics;
+	Py_INCREF(ok), self->ok = ok;
+	Py_INCREF(on_start), self->py_on_start = on_start;
+	Py_INCREF(end), self->py_end = end;
+	Py_INCREF(server), self->py_server = server;
+	Py_INCREF(server_kind), self->server_kind = server_kind;
+	self->threading = threading;
+	self->enabled = 1;
+	return 0;
+}
+
+/* The registration's ring if the process is registered (a new reference), else NULL
+ * with no error set. Caches the ring's address and size on first sight. */
+static PyObject *current_ring(Hooks *self, long *generation)
+{
+	PyObject *status = PyObject_GetAttr(self->registration, s_status);
+	if (status == NULL)
+		return NULL;
+	int ok = status == self->ok || PyUnicode_Compare(status, self->ok) == 0;
+	Py_DECREF(status);
+	if (!ok || PyErr_Occurred())
+		return NULL;
+	PyObject *gen = PyObject_GetAttr(self->registration, s_generation);
+	if (gen == NULL)
+		return NULL;
+	*generation = PyLong_AsLong(gen);
+	Py_DECREF(gen);
+	PyObject *ring = PyObject_GetAttr(self->registration, s_ring);
+	if (ring == NULL || ring == Py_None || PyErr_Occurred()) {
+		Py_XDECREF(ring);
+		return NULL;
+	}
+	if (ring != self->ring) {
+		PyObject *address = PyObject_GetAttr(ring, s_address);
+		PyObject *nslots = address ? PyObject_GetAttr(ring, s_nslots) : NULL;
+		PyObject *long_wait = nslots ? PyObject_GetAttr(ring, s_long_wait_ns) : NULL;
+		if (long_wait != NULL) {
+			self->base = (const char *)PyLong_AsVoidPtr(address);
+			self->nslots = (uint32_t)PyLong_AsUnsignedLong(nslots);
+			self->long_wait_ns = PyLong_AsUnsignedLongLong(long_wait);
+		}
+		Py_XDECREF(address);
+		Py_XDECREF(nslots);
+		Py_XDECREF(long_wait);
+		if (long_wait == NULL || PyErr_Occurred() || self->nslots == 0) {
+			Py_CLEAR(self->ring);
+			Py_DECREF(ring);
+			return NULL;
+		}
+		Py_INCREF(ring);
+		Py_XSETREF(self->ring, ring);
+	}
+	return ring;
+}
+
+static void thread_for(PyObject *registration, long generation)
+{
+	if (tls.registration != registration || tls.generation != generation) {
+		tls.registration = registration;
+		tls.generation = generation;
+		tls.tid = (pid_t)syscall(SYS_gettid);
+		tls.index = -1;
+	}
+}
+
+static PyObject *Hooks_on_start(Hooks *self, PyObject *const *argv, Py_ssize_t nargsf, PyObject *kwnames)
+{
+	Py_ssize_t n = PyVectorcall_NARGS(nargsf) + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+	if (PyVectorcall_NARGS(nargsf) < 1 || n > 2) {
+		PyErr_SetString(PyExc_TypeError, "on_start(span, parent_context=None)");
+		return NULL;
+	}
+	PyObject *span = argv[0];
+	if (!self->enabled)
+		Py_RETURN_NONE;
+	long generation;
+	PyObject *ring = current_ring(self, &generation);
+	if (ring == NULL) {
+		PyErr_Clear();
+		return PyObject_CallOneArg(self->py_on_start, span);
+	}
+	Start *start = PyObject_New(Start, &StartType);
+	if (start == NULL) {
+		Py_DECREF(ring);
+		return NULL;
+	}
+	thread_for(self->registration, generation);
+	start->mono_ns = (long long)clock_ns(CLOCK_MONOTONIC);
+	start->wall_ns = (long long)clock_ns(CLOCK_REALTIME);
+	read_counters(self->base, self->nslots, (uint64_t)start->mono_ns, &start->counters);
+	Py_INCREF(self->registration), start->registration = self->registration;
+	start->ring = ring;
+	Py_INCREF(self->metrics), start->metrics = self->metrics;
+	Py_INCREF(self->ok), start->status = self->ok;
+	start->base = self->base;
+	start->nslots = self->nslots;
+	start->long_wait_ns = self->long_wait_ns;
+	start->generation = generation;
+	start->tid = tls.tid;
+	int failed = PyObject_SetAttr(span, s_start_attr, (PyObject *)start);
+	Py_DECREF(start);
+	if (failed)
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+/* threading.current_thread().name, without a Python frame for a threading.Thread. */
+static PyObject *thread_name(Hooks *self)
+{
+	PyObject *active = PyObject_GetAttr(self->threading, s_active);
+	PyObject *ident = active ? PyLong_FromUnsignedLong(PyThread_get_thread_ident()) : NULL;
+	PyObject *thread = ident && PyDict_Check(active) ? PyDict_GetItemWithError(active, ident) : NULL;
+	Py_XINCREF(thread);
+	Py_XDECREF(ident);
+	Py_XDECREF(active);
+	if (thread == NULL) {
+		PyErr_Clear();
+		thread = PyObject_CallMethod(self->threading, "current_thread", NULL);
+		if (thread == NULL)
+			return NULL;
+	}
+	PyObject *name = PyObject_GetAttr(thread, s_name); /* Thread.name's storage: no property call */
+	if (name == NULL) {
+		PyErr_Clear();
+		name = PyObject_GetAttr(thread, s_public_name);
+	}
+	Py_DECREF(thread);
+	return name;
+}
+
+/* The span's attribute dict (a new reference) if it takes our values as set_attributes
+ * would leave them (mutable, no value length limit, room for them), else NULL. */
+static PyObject *direct_dict(PyObject *span, Py_ssize_t adding)
+{
+	PyObject *bounded = PyObject_GetAttr(span, s_attributes);
+	PyObject *d = bounded ? PyObject_GetAttr(bounded, s_dict) : NULL;
+	PyObject *imm = d ? PyObject_GetAttr(bounded, s_immutable) : NULL;
+	PyObject *mvl = imm ? PyObject_GetAttr(bounded, s_max_value_len) : NULL;
+	PyObject *maxlen = mvl ? PyObject_GetAttr(bounded, s_maxlen) : NULL;
+	int usable = maxlen && PyDict_CheckExact(d) && imm == Py_False && mvl == Py_None;
+	if (usable && maxlen != Py_None) {
+		Py_ssize_t limit = PyLong_AsSsize_t(maxlen);
+		usable = !PyErr_Occurred() && PyDict_GET_SIZE(d) + adding <= limit;
+	}
+	Py_XDECREF(bounded);
+	Py_XDECREF(imm);
+	Py_XDECREF(mvl);
+	Py_XDECREF(maxlen);
+	PyErr_Clear();
+	if (!usable)
+		Py_CLEAR(d);
+	return d;
+}
+
+/* Set the values on the span: straight into its attribute dict, or through set_attributes.
+ *
+ * The direct path does what set_attributes would leave, minus its cleaning of
+ * values that are already clean, and without taking the span's locks: it holds
+ * the GIL from the check that the span is not ended to its last insert and runs
+ * no Python code in between (str keys, float and int values, no allocation that
+ * can start the cyclic GC), so no other thread can end or change the span there. */
+static int set_attributes(PyObject *span, PyObject *const *keys, PyObject *const *values, Py_ssize_t n)
+{
+	PyObject *dict = direct_dict(span, n), *end = NULL;
+	int rc = -1;
+	if (dict != NULL && (end = PyObject_GetAttr(span, s_end_time)) != NULL) {
+		rc = 0;
+		if (end == Py_None) /* else ended meanwhile: as set_attributes, drop the values */
+			for (Py_ssize_t i = 0; i < n && rc == 0; i++)
+				rc = PyDict_SetItem(dict, keys[i], values[i]);
+	}
+	Py_XDECREF(end);
+	Py_XDECREF(dict);
+	PyErr_Clear();
+	if (rc == 0)
+		return 0;
+	PyObject *attrs = PyDict_New();
+	if (attrs == NULL)
+		return -1;
+	for (Py_ssize_t i = 0; i < n; i++)
+		if (PyDict_SetItem(attrs, keys[i], values[i])) {
+			Py_DECREF(attrs);
+			return -1;
+		}
+	PyObject *r = PyObject_CallMethodOneArg(span, s_set_attributes, attrs);
+	Py_DECREF(attrs);
+	Py_XDECREF(r);
+	return r ? 0 : -1;
+}
+
+/* The figures of a span that needs nothing but its counters; 1 when set, 0 when the Python hook must do it. */
+static int fast_figures(Hooks *self, Start *start, PyObject *span, long long span_start, long long span_end,
+			uint64_t now, double *wait_ratio)
+{
+	PyObject *ring = PyObject_GetAttr(start->registration, s_ring);
+	if (ring == NULL)
+		return -1;
+	Py_DECREF(ring);
+	if (ring != start->ring)
+		return 0; /* the collector restarted, or the process forked, meanwhile */
+	thread_for(start->registration, start->generation);
+	if (tls.tid != start->tid)
+		return 0; /* ended on another thread */
+	if (start->wall_ns - span_start >= (long long)start->long_wait_ns)
+		return 0; /* back-dated start: long waits before the span object existed are in the ring */
+	struct counters end;
+	read_counters(start->base, start->nslots, now, &end);
+	if (end.long_waits != start->counters.long_waits)
+		return 0; /* long waits to report as events */
+	const struct counters *c0 = &start->counters;
+	uint64_t wait = end.wait_ns - c0->wait_ns, hold = end.hold_ns - c0->hold_ns;
+	long long duration = span_end - span_start;
+	if ((long long)(now - start->mono_ns) > duration)
+		duration = (long long)(now - start->mono_ns);
+	if (duration < 1)
+		duration = 1;
+	*wait_ratio = (double)wait / (double)duration;
+	PyObject *keys[] = {k_thread_name, k_thread_id, k_wait_ms, k_hold_ms, k_wait_ratio, k_hold_ratio,
+			    k_acquisitions, k_convoy_waits};
+	PyObject *values[8] = {
+		thread_name(self),
+		PyLong_FromLong(tls.tid),
+		PyFloat_FromDouble((double)wait / 1e6),
+		PyFloat_FromDouble((double)hold / 1e6),
+		PyFloat_FromDouble(*wait_ratio),
+		PyFloat_FromDouble((double)hold / (double)duration),
+		PyLong_FromUnsignedLongLong(end.acquisitions - c0->acquisitions),
+		PyLong_FromUnsignedLongLong(end.convoy_waits - c0->convoy_waits),
+	};
+	int rc = -1;
+	for (int i = 0; i < 8; i++)
+		if (values[i] == NULL)
+			goto out;
+	rc = set_attributes(span, keys, values, 8) ? -1 : 1;
+out:
+	for (int i = 0; i < 8; i++)
+		Py_XDECREF(values[i]);
+	return rc;
+}
+
+static long long as_ns(PyObject *value, int *ok)
+{
+	long long ns = value ? PyLong_AsLongLong(value) : -1;
+	*ok = value != NULL && !PyErr_Occurred();
+	PyErr_Clear();
+	return ns;
+}
+
+/* wrapt's wrapper of Span.end: (wrapped, instance, args, kwargs). */
+static PyObject *Hooks_end(Hooks *self, PyObject *const *argv, Py_ssize_t argc)
+{
+	if (argc != 4 || !PyTuple_Check(argv[2]) || (argv[3] != Py_None && !PyDict_Check(argv[3]))) {
+		PyErr_SetString(PyExc_TypeError, "end(wrapped, instance, args, kwargs)");
+		return NULL;
+	}
+	PyObject *wrapped = argv[0], *span = argv[1], *args = argv[2], *kwargs = argv[3] == Py_None ? NULL : argv[3];
+	PyObject *start = PyObject_GetAttr(span, s_start_attr);
+	if (start == NULL) {
+		PyErr_Clear();
+		return PyObject_Call(wrapped, args, kwargs);
+	}
+	if (!PyObject_TypeCheck(start, &StartType)) {
+		Py_DECREF(start);
+		return PyObject_Vectorcall(self->py_end, argv, argc, NULL);
+	}
+	Start *st = (Start *)start;
+	Py_ssize_t nargs = PyTuple_GET_SIZE(args), nkw = kwargs ? PyDict_GET_SIZE(kwargs) : 0;
+	PyObject *explicit = nargs == 1 && nkw == 0 ? PyTuple_GET_ITEM(args, 0)
+			     : nargs == 0 && nkw == 1 ? PyDict_GetItemWithError(kwargs, s_end_time_kw)
+			     : NULL;
+	PyObject *end_obj = PyObject_GetAttr(span, s_end_time), *start_obj = PyObject_GetAttr(span, s_start_time);
+	int ok_start, ok_explicit = 1;
+	long long span_start = as_ns(start_obj, &ok_start);
+	long long explicit_ns = explicit && explicit != Py_None ? as_ns(explicit, &ok_explicit) : -1;
+	int simple = end_obj == Py_None && ok_start && ok_explicit && (nargs + nkw == 0 || explicit != NULL);
+	Py_XDECREF(end_obj);
+	Py_XDECREF(start_obj);
+	PyErr_Clear();
+	if (!simple) { /* ended already, odd arguments, an SDK we do not know: the Python hook decides */
+		Py_DECREF(start);
+		return PyObject_Vectorcall(self->py_end, argv, argc, NULL);
+	}
+	uint64_t now = clock_ns(CLOCK_MONOTONIC);
+	long long end_ns;
+	if (explicit_ns < 0) {
+		end_ns = (long long)clock_ns(CLOCK_REALTIME);
+	} else { /* close open intervals at the explicit end, mapped onto the monotonic clock */
+		end_ns = explicit_ns;
+		long long since = explicit_ns - st->wall_ns;
+		uint64_t at = (uint64_t)(st->mono_ns + (since > 0 ? since : 0));
+		now = at < now ? at : now;
+	}
+	double wait_ratio;
+	int done = fast_figures(self, st, span, span_start, end_ns, now, &wait_ratio);
+	if (done == 0) {
+		Py_DECREF(start);
+		return PyObject_Vectorcall(self->py_end, argv, argc, NULL);
+	}
+	if (done < 0) { /* never let a span hook break the app: the Python hook logs it once */
+		PyErr_Clear();
+		Py_DECREF(start);
+		return PyObject_Vectorcall(self->py_end, argv, argc, NULL);
+	}
+	if (st->metrics != Py_None) {
+		PyObject *kind = PyObject_GetAttr(span, s_kind);
+		PyObject *ratio = kind == self->server_kind ? PyFloat_FromDouble(wait_ratio) : NULL;
+		PyObject *r = ratio ? PyObject_CallFunctionObjArgs(self->py_server, start, span, ratio, NULL) : NULL;
+		Py_XDECREF(r);
+		Py_XDECREF(ratio);
+		Py_XDECREF(kind);
+		PyErr_Clear(); /* record_server_span logs its own failures */
+	}
+	Py_DECREF(start);
+	PyObject *end_value = PyLong_FromLongLong(end_ns);
+	if (end_value == NULL)
+		return NULL;
+	PyObject *kwnames = PyTuple_Pack(1, s_end_time_kw);
+	PyObject *result = kwnames ? PyObject_Vectorcall(wrapped, &end_value, 0, kwnames) : NULL;
+	Py_XDECREF(kwnames);
+	Py_DECREF(end_value);
+	return result;
+}
+
+static PyObject *Hooks_ignore(Hooks *self, PyObject *const *argv, Py_ssize_t nargsf, PyObject *kwnames)
+{
+	Py_RETURN_NONE;
+}
+
+static PyObject *Hooks_get_enabled(Hooks *self, void *closure)
+{
+	return PyBool_FromLong(self->enabled);
+}
+
+static int Hooks_set_enabled(Hooks *self, PyObject *value, void *closure)
+{
+	int truth = value ? PyObject_IsTrue(value) : -1;
+	if (truth < 0) {
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_TypeError, "enabled cannot be deleted");
+		return -1;
+	}
+	self->enabled = truth;
+	return 0;
+}
+
+static PyMethodDef Hooks_methods[] = {
+	{"on_start", (PyCFunction)(void (*)(void))Hooks_on_start, METH_FASTCALL | METH_KEYWORDS,
+	 "SpanProcessor.on_start: snapshot the thread's counters onto the span."},
+	{"ignore", (PyCFunction)(void (*)(void))Hooks_ignore, METH_FASTCALL | METH_KEYWORDS,
+	 "A hook that does nothing, without a Python frame (on_end, _on_ending)."},
+	{"end", (PyCFunction)(void (*)(void))Hooks_end, METH_FASTCALL,
+	 "wrapt wrapper of Span.end: set the gil.* attributes, then end the span."},
+	{NULL},
+};
+
+static PyGetSetDef Hooks_getset[] = {
+	{"enabled", (getter)Hooks_get_enabled, (setter)Hooks_set_enabled, "False after the processor shut down.", NULL},
+	{NULL},
+};
+
+static PyTypeObject HooksType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "otel_gil._fastspan.Hooks",
+	.tp_basicsize = sizeof(Hooks),
+	.tp_dealloc = (destructor)Hooks_dealloc,
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+	.tp_doc = "Hooks(registration, metrics, ok, on_start, end, server, server_kind): the span hooks, in C.",
+	.tp_traverse = (traverseproc)Hooks_traverse,
+	.tp_clear = (inquiry)Hooks_clear,
+	.tp_methods = Hooks_methods,
+	.tp_getset = Hooks_getset,
+	.tp_init = (initproc)Hooks_init,
+	.tp_new = PyType_GenericNew,
+};
+
+/* ---------------------------------------------------------------- module */
+
+static int intern_all(void)
+{
+	struct {
+		PyObject **slot;
+		const char *text;
+	} names[] = {
+		{&s_ring, "ring"}, {&s_generation, "generation"}, {&s_status, "status"}, {&s_address, "_address"},
+		{&s_nslots, "nslots"}, {&s_long_wait_ns, "long_wait_ns"}, {&s_start_attr, "_otel_gil_start"},
+		{&s_start_time, "_start_time"}, {&s_end_time, "_end_time"}, {&s_end_time_kw, "end_time"}, {&s_attributes, "_attributes"},
+		{&s_dict, "_dict"}, {&s_immutable, "_immutable"},
+		{&s_max_value_len, "max_value_len"}, {&s_maxlen, "maxlen"},
+		 {&s_active, "_active"}, {&s_name, "_name"}, {&s_public_name, "name"}, {&s_kind, "_kind"},
+		{&s_set_attributes, "set_attributes"},
+		{&k_thread_name, "thread.name"}, {&k_thread_id, "thread.id"}, {&k_wait_ms, "gil.wait_ms"},
+		{&k_hold_ms, "gil.hold_ms"}, {&k_wait_ratio, "gil.wait_ratio"}, {&k_hold_ratio, "gil.hold_ratio"},
+		{&k_acquisitions, "gil.acquisitions"}, {&k_convoy_waits, "gil.convoy_waits"},
+	};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)
+			return -1;
+	return 0;
+}
+
+static struct PyModuleDef fastspan_module = {
+	PyModuleDef_HEAD_INIT,
+	.m_name = "otel_gil._fastspan",
+	.m_doc = "The common case of otel_gil.spans' hooks, in C.",
+	.m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__fastspan(void)
+{
+	if (intern_all() || PyType_Ready(&StartType) || PyType_Ready(&HooksType))
+		return NULL;
+	PyObject *m = PyModule_Create(&fastspan_module);
+	if (m == NULL)
+		return NULL;
+	Py_INCREF(&StartType);
+	Py_INCREF(&HooksType);
+	if (PyModule_AddObject(m, "Start", (PyObject *)&StartType) || PyModule_AddObject(m, "Hooks", (PyObject *)&HooksType) ||
+	    PyModule_AddIntConstant(m, "SLOT_SIZE", sizeof(struct gil_slot))) {
+		Py_DECREF(m);
+		return NULL;
+	}
+	return m;
+}
