@@ -163,10 +163,11 @@ typedef struct {
 	PyObject *metrics;
 	PyObject *ok;          /* the status string of a registered process */
 	PyObject *py_on_start; /* spans.GilSpanProcessor's Python path: (span) -> None */
-	PyObject *py_end;      /* spans.end_wrapper: wrapt's (wrapped, instance, args, kwargs) */
+	PyObject *py_end;      /* spans.end_wrapper: (bound Span.end, span, args, kwargs), as wrapt calls it */
 	PyObject *py_server;   /* spans.record_server_span: (start, span, wait_ratio) -> None */
 	PyObject *server_kind; /* SpanKind.SERVER: only server spans feed the metrics */
 	PyObject *threading;
+	PyObject *end_time_kwnames; /* ("end_time",) */
 	PyObject *ring;        /* the ring the cached fields below describe */
 	const char *base;
 	uint32_t nslots;
@@ -195,6 +196,7 @@ static int Hooks_clear(Hooks *self)
 	Py_CLEAR(self->py_server);
 	Py_CLEAR(self->server_kind);
 	Py_CLEAR(self->threading);
+	Py_CLEAR(self->end_time_kwnames);
 	Py_CLEAR(self->ring);
 	return 0;
 }
@@ -225,6 +227,9 @@ static int Hooks_init(Hooks *self, PyObject *args, PyObject *kwds)
 	Py_INCREF(server), self->py_server = server;
 	Py_INCREF(server_kind), self->server_kind = server_kind;
 	self->threading = threading;
+	self->end_time_kwnames = PyTuple_Pack(1, s_end_time_kw);
+	if (self->end_time_kwnames == NULL)
+		return -1;
 	self->enabled = 1;
 	return 0;
 }
@@ -466,39 +471,85 @@ static long long as_ns(PyObject *value, int *ok)
 	return ns;
 }
 
-/* wrapt's wrapper of Span.end: (wrapped, instance, args, kwargs). */
-static PyObject *Hooks_end(Hooks *self, PyObject *const *argv, Py_ssize_t argc)
+/* getattr(obj, name, NULL) without raising (and paying for) an AttributeError. */
+static PyObject *lookup(PyObject *obj, PyObject *name)
 {
-	if (argc != 4 || !PyTuple_Check(argv[2]) || (argv[3] != Py_None && !PyDict_Check(argv[3]))) {
-		PyErr_SetString(PyExc_TypeError, "end(wrapped, instance, args, kwargs)");
+	PyObject *value = NULL;
+#if PY_VERSION_HEX >= 0x030D0000
+	PyObject_GetOptionalAttr(obj, name, &value);
+#else
+	_PyObject_LookupAttr(obj, name, &value);
+#endif
+	return value;
+}
+
+/* ---------------------------------------------------------------- EndMethod */
+
+/* Takes Span.end's place in the class: a method descriptor, so `span.end()` calls it
+ * with the span as first argument and no bound-method object in between. */
+typedef struct {
+	PyObject_HEAD
+	Hooks *hooks;
+	PyObject *original; /* the Span.end it replaced */
+	vectorcallfunc vectorcall;
+} EndMethod;
+
+/* The Python hook, with wrapt's signature: (bound original, span, args, kwargs). */
+static PyObject *python_end(EndMethod *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+	PyObject *bound = PyMethod_New(self->original, args[0]);
+	PyObject *rest = bound ? PyTuple_New(nargs - 1) : NULL;
+	for (Py_ssize_t i = 1; rest && i < nargs; i++) {
+		Py_INCREF(args[i]);
+		PyTuple_SET_ITEM(rest, i - 1, args[i]);
+	}
+	PyObject *kwargs = rest ? PyDict_New() : NULL;
+	PyObject *result = NULL;
+	int failed = kwargs == NULL;
+	for (Py_ssize_t i = 0; !failed && kwnames && i < PyTuple_GET_SIZE(kwnames); i++)
+		failed = PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]);
+	if (!failed)
+		result = PyObject_CallFunctionObjArgs(self->hooks->py_end, bound, args[0], rest, kwargs, NULL);
+	Py_XDECREF(bound);
+	Py_XDECREF(rest);
+	Py_XDECREF(kwargs);
+	return result;
+}
+
+/* span.end(end_time=None): the gil.* figures, then the original end. */
+static PyObject *EndMethod_vectorcall(EndMethod *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+	Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+	if (nargs < 1) {
+		PyErr_SetString(PyExc_TypeError, "Span.end() needs the span");
 		return NULL;
 	}
-	PyObject *wrapped = argv[0], *span = argv[1], *args = argv[2], *kwargs = argv[3] == Py_None ? NULL : argv[3];
-	PyObject *start = PyObject_GetAttr(span, s_start_attr);
-	if (start == NULL) {
+	PyObject *span = args[0];
+	PyObject *start = lookup(span, s_start_attr);
+	if (start == NULL) { /* not a span of a provider with otel-gil */
 		PyErr_Clear();
-		return PyObject_Call(wrapped, args, kwargs);
+		return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
 	}
-	if (!PyObject_TypeCheck(start, &StartType)) {
+	if (!PyObject_TypeCheck(start, &StartType)) { /* started by the Python hook */
 		Py_DECREF(start);
-		return PyObject_Vectorcall(self->py_end, argv, argc, NULL);
+		return python_end(self, args, nargs, kwnames);
 	}
 	Start *st = (Start *)start;
-	Py_ssize_t nargs = PyTuple_GET_SIZE(args), nkw = kwargs ? PyDict_GET_SIZE(kwargs) : 0;
-	PyObject *explicit = nargs == 1 && nkw == 0 ? PyTuple_GET_ITEM(args, 0)
-			     : nargs == 0 && nkw == 1 ? PyDict_GetItemWithError(kwargs, s_end_time_kw)
-			     : NULL;
-	PyObject *end_obj = PyObject_GetAttr(span, s_end_time), *start_obj = PyObject_GetAttr(span, s_start_time);
+	PyObject *explicit = NULL;
+	int plain = nargs + nkw == 1;
+	if (nargs + nkw == 2 && (nkw == 0 || PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), s_end_time_kw) == 0))
+		explicit = args[1];
+	PyObject *end_obj = lookup(span, s_end_time), *start_obj = lookup(span, s_start_time);
 	int ok_start, ok_explicit = 1;
 	long long span_start = as_ns(start_obj, &ok_start);
 	long long explicit_ns = explicit && explicit != Py_None ? as_ns(explicit, &ok_explicit) : -1;
-	int simple = end_obj == Py_None && ok_start && ok_explicit && (nargs + nkw == 0 || explicit != NULL);
+	int simple = end_obj == Py_None && ok_start && ok_explicit && (plain || explicit != NULL);
 	Py_XDECREF(end_obj);
 	Py_XDECREF(start_obj);
 	PyErr_Clear();
 	if (!simple) { /* ended already, odd arguments, an SDK we do not know: the Python hook decides */
 		Py_DECREF(start);
-		return PyObject_Vectorcall(self->py_end, argv, argc, NULL);
+		return python_end(self, args, nargs, kwnames);
 	}
 	uint64_t now = clock_ns(CLOCK_MONOTONIC);
 	long long end_ns;
@@ -510,35 +561,96 @@ static PyObject *Hooks_end(Hooks *self, PyObject *const *argv, Py_ssize_t argc)
 		uint64_t at = (uint64_t)(st->mono_ns + (since > 0 ? since : 0));
 		now = at < now ? at : now;
 	}
+	Hooks *hooks = self->hooks;
 	double wait_ratio;
-	int done = fast_figures(self, st, span, span_start, end_ns, now, &wait_ratio);
-	if (done == 0) {
-		Py_DECREF(start);
-		return PyObject_Vectorcall(self->py_end, argv, argc, NULL);
-	}
-	if (done < 0) { /* never let a span hook break the app: the Python hook logs it once */
+	int done = fast_figures(hooks, st, span, span_start, end_ns, now, &wait_ratio);
+	if (done <= 0) { /* the Python hook's case; on an error it logs it once: never break the app */
 		PyErr_Clear();
 		Py_DECREF(start);
-		return PyObject_Vectorcall(self->py_end, argv, argc, NULL);
+		return python_end(self, args, nargs, kwnames);
 	}
 	if (st->metrics != Py_None) {
-		PyObject *kind = PyObject_GetAttr(span, s_kind);
-		PyObject *ratio = kind == self->server_kind ? PyFloat_FromDouble(wait_ratio) : NULL;
-		PyObject *r = ratio ? PyObject_CallFunctionObjArgs(self->py_server, start, span, ratio, NULL) : NULL;
+		PyObject *kind = lookup(span, s_kind);
+		PyObject *ratio = kind == hooks->server_kind ? PyFloat_FromDouble(wait_ratio) : NULL;
+		PyObject *r = ratio ? PyObject_CallFunctionObjArgs(hooks->py_server, start, span, ratio, NULL) : NULL;
 		Py_XDECREF(r);
 		Py_XDECREF(ratio);
 		Py_XDECREF(kind);
 		PyErr_Clear(); /* record_server_span logs its own failures */
 	}
 	Py_DECREF(start);
-	PyObject *end_value = PyLong_FromLongLong(end_ns);
-	if (end_value == NULL)
+	PyObject *call[2] = {span, PyLong_FromLongLong(end_ns)};
+	if (call[1] == NULL)
 		return NULL;
-	PyObject *kwnames = PyTuple_Pack(1, s_end_time_kw);
-	PyObject *result = kwnames ? PyObject_Vectorcall(wrapped, &end_value, 0, kwnames) : NULL;
-	Py_XDECREF(kwnames);
-	Py_DECREF(end_value);
+	PyObject *result = PyObject_Vectorcall(self->original, call, 1, hooks->end_time_kwnames);
+	Py_DECREF(call[1]);
 	return result;
+}
+
+static PyObject *EndMethod_get(EndMethod *self, PyObject *obj, PyObject *type)
+{
+	if (obj == NULL || obj == Py_None) {
+		Py_INCREF(self);
+		return (PyObject *)self;
+	}
+	return PyMethod_New((PyObject *)self, obj);
+}
+
+static int EndMethod_traverse(EndMethod *self, visitproc visit, void *arg)
+{
+	Py_VISIT(self->hooks);
+	Py_VISIT(self->original);
+	return 0;
+}
+
+static int EndMethod_clear(EndMethod *self)
+{
+	Py_CLEAR(self->hooks);
+	Py_CLEAR(self->original);
+	return 0;
+}
+
+static void EndMethod_dealloc(EndMethod *self)
+{
+	PyObject_GC_UnTrack(self);
+	EndMethod_clear(self);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef EndMethod_members[] = {
+	{"__wrapped__", T_OBJECT, offsetof(EndMethod, original), READONLY, "the Span.end this replaced"},
+	{NULL},
+};
+
+static PyTypeObject EndMethodType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "otel_gil._fastspan.EndMethod",
+	.tp_basicsize = sizeof(EndMethod),
+	.tp_dealloc = (destructor)EndMethod_dealloc,
+	.tp_vectorcall_offset = offsetof(EndMethod, vectorcall),
+	.tp_call = PyVectorcall_Call,
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_METHOD_DESCRIPTOR | Py_TPFLAGS_HAVE_VECTORCALL,
+	.tp_doc = "Span.end with the gil.* figures set first (Hooks.end_method makes one).",
+	.tp_traverse = (traverseproc)EndMethod_traverse,
+	.tp_clear = (inquiry)EndMethod_clear,
+	.tp_members = EndMethod_members,
+	.tp_descr_get = (descrgetfunc)EndMethod_get,
+};
+
+static PyObject *Hooks_end_method(Hooks *self, PyObject *original)
+{
+	if (!PyCallable_Check(original)) {
+		PyErr_SetString(PyExc_TypeError, "end_method(original): original must be Span.end");
+		return NULL;
+	}
+	EndMethod *method = PyObject_GC_New(EndMethod, &EndMethodType);
+	if (method == NULL)
+		return NULL;
+	Py_INCREF(self), method->hooks = self;
+	Py_INCREF(original), method->original = original;
+	method->vectorcall = (vectorcallfunc)EndMethod_vectorcall;
+	PyObject_GC_Track(method);
+	return (PyObject *)method;
 }
 
 static PyObject *Hooks_ignore(Hooks *self, PyObject *const *argv, Py_ssize_t nargsf, PyObject *kwnames)
@@ -568,8 +680,8 @@ static PyMethodDef Hooks_methods[] = {
 	 "SpanProcessor.on_start: snapshot the thread's counters onto the span."},
 	{"ignore", (PyCFunction)(void (*)(void))Hooks_ignore, METH_FASTCALL | METH_KEYWORDS,
 	 "A hook that does nothing, without a Python frame (on_end, _on_ending)."},
-	{"end", (PyCFunction)(void (*)(void))Hooks_end, METH_FASTCALL,
-	 "wrapt wrapper of Span.end: set the gil.* attributes, then end the span."},
+	{"end_method", (PyCFunction)Hooks_end_method, METH_O,
+	 "end_method(original): the replacement of Span.end (original: the Span.end it replaces)."},
 	{NULL},
 };
 
@@ -627,7 +739,7 @@ static struct PyModuleDef fastspan_module = {
 
 PyMODINIT_FUNC PyInit__fastspan(void)
 {
-	if (intern_all() || PyType_Ready(&StartType) || PyType_Ready(&HooksType))
+	if (intern_all() || PyType_Ready(&StartType) || PyType_Ready(&HooksType) || PyType_Ready(&EndMethodType))
 		return NULL;
 	PyObject *m = PyModule_Create(&fastspan_module);
 	if (m == NULL)

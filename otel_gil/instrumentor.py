@@ -6,17 +6,14 @@ import logging
 import os
 from typing import Collection, Optional
 
-import wrapt
 from opentelemetry import metrics, trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
-from opentelemetry.instrumentation.utils import unwrap
-from opentelemetry.sdk.trace import Span
 
 from otel_gil.client import Registration
 from otel_gil.environment_variables import OTEL_GIL_LONG_WAIT_MS, OTEL_GIL_NO_EXTENSIONS, OTEL_GIL_REGISTER_TIMEOUT_S
 from otel_gil.metrics import GilMetrics
 from otel_gil.package import _instruments
-from otel_gil.spans import GilSpanProcessor
+from otel_gil.spans import GilSpanProcessor, unwrap_span_end, wrap_span_end
 from otel_gil.version import __version__
 
 log = logging.getLogger("otel_gil")
@@ -63,12 +60,12 @@ class GilInstrumentor(BaseInstrumentor):
         fast = os.environ.get(OTEL_GIL_NO_EXTENSIONS, "").strip().lower() not in ("1", "true", "yes")
         processor = GilSpanProcessor(registration, GilMetrics(registration, meter), fast=fast)
         provider.add_span_processor(processor)
-        wrapt.wrap_function_wrapper(Span, "end", processor.end_hook)
+        wrap_span_end(processor)
         GilInstrumentor._registration, GilInstrumentor._processor = registration, processor
         registration.wait(timeout)
 
     def _uninstrument(self, **kwargs) -> None:
-        unwrap(Span, "end")
+        unwrap_span_end()
         if self._processor is not None:
             self._processor.enabled = False  # the SDK has no remove_span_processor
         if self._registration is not None:

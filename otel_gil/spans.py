@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Optional
 
+import wrapt
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanKind
 
@@ -158,17 +159,13 @@ def figures(
 
 
 class GilSpanProcessor(SpanProcessor):
-    """Snapshots the thread's GIL counters as each span starts (figures land at ``Span.end``).
-
-    ``end_hook`` is the wrapper to put on ``Span.end`` (wrapt's signature): the C
-    one when ``fast`` and the extension is built, else :func:`end_wrapper`.
-    """
+    """Snapshots the thread's GIL counters as each span starts (figures land at ``Span.end``,
+    see :func:`wrap_span_end`). ``fast``: the C hooks, where they were built."""
 
     def __init__(self, registration: Registration, metrics: Optional[GilMetrics] = None, fast: bool = True) -> None:
         self.registration = registration
         self.metrics = metrics
         self._hooks = None
-        self.end_hook = end_wrapper
         if fast and _fastspan is not None:
             self._hooks = _fastspan.Hooks(
                 registration, metrics, REGISTERED, self._snapshot_onto, end_wrapper, record_server_span, SpanKind.SERVER
@@ -176,7 +173,6 @@ class GilSpanProcessor(SpanProcessor):
             # The SDK calls these per span: C methods spare it a Python frame each.
             self.on_start = self._hooks.on_start
             self.on_end = self._on_ending = self._hooks.ignore
-            self.end_hook = self._hooks.end
         self._enabled = True
 
     @property
@@ -207,6 +203,21 @@ class GilSpanProcessor(SpanProcessor):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
+
+
+def wrap_span_end(processor: GilSpanProcessor) -> None:
+    """Put the processor's end hook on ``Span.end``: the C method where built, else :func:`end_wrapper` by wrapt."""
+    if processor._hooks is not None:
+        Span.end = processor._hooks.end_method(Span.__dict__["end"])
+    else:
+        wrapt.wrap_function_wrapper(Span, "end", end_wrapper)
+
+
+def unwrap_span_end() -> None:
+    """Undo :func:`wrap_span_end`."""
+    end = Span.__dict__["end"]
+    if hasattr(end, "__wrapped__"):
+        Span.end = end.__wrapped__
 
 
 def end_wrapper(wrapped, instance: Span, args, kwargs):

@@ -8,15 +8,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 import pytest
-import wrapt
-from opentelemetry.instrumentation.utils import unwrap
-from opentelemetry.sdk.trace import Span, TracerProvider
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_gil import ring as ringlib
 from otel_gil import spans
-from otel_gil.spans import GilSpanProcessor, end_wrapper
+from otel_gil.spans import GilSpanProcessor
 from synthetic import make_ring, record_wait, slot_for
 
 
@@ -32,7 +30,7 @@ def processor(reg, metrics=None, *, fast: bool) -> GilSpanProcessor:
     if fast and spans._fastspan is None:
         pytest.fail("otel_gil._fastspan is not built: pip install -e . (needs a C compiler and Python.h)")
     made = GilSpanProcessor(reg, metrics, fast=fast)
-    assert (made.end_hook is end_wrapper) is not fast
+    assert (made._hooks is None) is not fast
     return made
 
 
@@ -50,9 +48,9 @@ def setup(fast):
     gil = processor(reg, fast=fast)
     provider.add_span_processor(gil)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    wrapt.wrap_function_wrapper(Span, "end", gil.end_hook)
+    spans.wrap_span_end(gil)
     yield provider.get_tracer("test"), reg, ring, exporter
-    unwrap(Span, "end")
+    spans.unwrap_span_end()
 
 
 def my_slot(ring):
@@ -199,7 +197,7 @@ def test_server_spans_feed_the_wait_ratio_histogram(fast):
     provider = TracerProvider()
     gil = processor(reg, gil_metrics, fast=fast)
     provider.add_span_processor(gil)
-    wrapt.wrap_function_wrapper(Span, "end", gil.end_hook)
+    spans.wrap_span_end(gil)
     try:
         tracer = provider.get_tracer("test")
         s = my_slot(ring)
@@ -209,7 +207,7 @@ def test_server_spans_feed_the_wait_ratio_histogram(fast):
         with tracer.start_as_current_span("internal"):
             pass
     finally:
-        unwrap(Span, "end")
+        spans.unwrap_span_end()
     points = {
         m.name: m.data.data_points
         for rm in reader.get_metrics_data().resource_metrics
@@ -234,13 +232,13 @@ def test_attribute_limits_hold(fast):
     gil = processor(FakeRegistration(ring), fast=fast)
     provider.add_span_processor(gil)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    wrapt.wrap_function_wrapper(Span, "end", gil.end_hook)
+    spans.wrap_span_end(gil)
     try:
         my_slot(ring)
         with provider.get_tracer("test").start_as_current_span("x", attributes={"app": 1}):
             pass
     finally:
-        unwrap(Span, "end")
+        spans.unwrap_span_end()
     (span,) = exporter.get_finished_spans()
     assert len(span.attributes) == 4 and span.dropped_attributes == 5, dict(span.attributes)
 
@@ -252,13 +250,13 @@ def test_a_shut_down_processor_adds_nothing(fast):
     gil = processor(FakeRegistration(ring), fast=fast)
     provider.add_span_processor(gil)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    wrapt.wrap_function_wrapper(Span, "end", gil.end_hook)
+    spans.wrap_span_end(gil)
     try:
         my_slot(ring)
         gil.shutdown()
         with provider.get_tracer("test").start_as_current_span("after"):
             pass
     finally:
-        unwrap(Span, "end")
+        spans.unwrap_span_end()
     (span,) = exporter.get_finished_spans()
     assert not [k for k in span.attributes if k.startswith(("gil.", "thread."))], dict(span.attributes)
