@@ -39,8 +39,8 @@ test: host venv matrix tools test-sdk-min
 bench: host venv
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/handoff.py --rounds 5
-	$(PY) bench/spancost.py --spans 30000 --rounds 7
-	$(PY) bench/webload.py --rounds 3 --seconds 8
+	$(PY) bench/spancost.py --spans 2000 --blocks 30 --rounds 5
+	$(PY) bench/webload.py --rounds 10 --seconds 3
 	$(PY) bench/peers.py --rounds 3 --seconds 5
 	$(PY) bench/scale.py --threads 1000 --processes 100
 

@@ -16,6 +16,8 @@ Load: wrk, 1 thread, 8 connections, --latency, sharing the machine's cores. The
 machine's speed drifts by more than the effect measured here within a minute, so
 each round loads every mode and route once for a few seconds, in rotating
 order, and the loss is the median over rounds of each round's own ratio.
+Last, GIL acquisitions per /hello request: `otel-gil report`'s capture on each
+worker of the otel+otel-gil server while a client sends one request at a time.
 Writes the section "http" of bench/RESULTS.md and the raw runs to bench/out/webload.json.
 """
 
@@ -25,10 +27,12 @@ import argparse
 import json
 import os
 import re
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -37,6 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 import results  # noqa: E402
 import stack  # noqa: E402
+
+from otel_gil import report  # noqa: E402
 
 MODES = ("none", "otel", "otel+otel-gil")
 ROUTES = ("/hello", "/work")
@@ -52,6 +58,9 @@ def start_server(mode: str, sock: str, log: Path) -> subprocess.Popen:
         argv = [str(BIN / "opentelemetry-instrument"), *argv]
     if mode == "otel":
         env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "gil"
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", PORTS[mode])) == 0:
+            raise RuntimeError(f"port {PORTS[mode]} is taken (a server left by an earlier run?): stop what listens there")
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, cwd=ROOT / "bench", env=env, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
@@ -81,6 +90,37 @@ def wrk(mode: str, route: str, seconds: float) -> dict:
             "p50_ms": latency_ms("50%"), "p99_ms": latency_ms("99%")}
 
 
+def acquisitions_per_request(server: subprocess.Popen, seconds: float) -> float:
+    """GIL acquisitions per /hello request in ``server``'s workers, requests sent one at a time.
+
+    The workers are captured one after the other (bcc compiles one program at a
+    time per process); each worker's acquisitions count against all requests sent
+    in its own capture window, so the shares the workers served add up to one.
+    """
+    workers = [int(pid) for pid in Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()]
+    served: list[int] = []
+    stop = threading.Event()
+
+    def client() -> None:
+        while not stop.is_set():
+            with urllib.request.urlopen(f"http://127.0.0.1:{PORTS['otel+otel-gil']}/hello", timeout=5) as reply:
+                reply.read()
+            served.append(time.monotonic_ns())
+
+    sender = threading.Thread(target=client)
+    sender.start()
+    try:
+        captures = [report.capture(pid, seconds, lambda _: None).report for pid in workers]
+    finally:
+        stop.set()
+        sender.join()
+    per_request = 0.0
+    for c in captures:
+        first, last = c["start_ns"], c["start_ns"] + int(c["duration_s"] * 1e9)
+        per_request += sum(t["acquisitions"] for t in c["threads"]) / sum(first <= t <= last for t in served)
+    return per_request
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=10)
@@ -97,8 +137,10 @@ def main() -> int:
             servers.append(start_server(mode, sock, work / f"{mode}.log"))
             for route in ROUTES:
                 wrk(mode, route, 2)  # warm-up: every worker has served, registered and imported all
-            registered = collector.log_text().count("registered:") - before
-            if (mode == "otel+otel-gil") != (registered >= 2):
+            wanted, deadline = (2 if mode == "otel+otel-gil" else 0), time.monotonic() + 10
+            while (registered := collector.log_text().count("registered:") - before) < wanted and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if (registered >= 2) != bool(wanted):  # both workers (and the master, before it forked)
                 raise RuntimeError(f"{mode}: {registered} processes registered with the collector")
         for i in range(args.rounds):
             for mode in MODES[i % 3:] + MODES[:i % 3]:
@@ -106,13 +148,14 @@ def main() -> int:
                     raw[mode][route].append(wrk(mode, route, args.seconds))
             print(f"round {i + 1}/{args.rounds}: " + ", ".join(
                 f"{m} {r} {raw[m][r][-1]['rps']:.0f}/s" for m in MODES for r in ROUTES), flush=True)
+        per_request = acquisitions_per_request(servers[MODES.index("otel+otel-gil")], 5)
     finally:
         for server in servers:
             server.terminate()
             server.wait(30)
         collector.stop()
     results.OUT.mkdir(exist_ok=True)
-    (results.OUT / "webload.json").write_text(json.dumps(raw, indent=1))
+    (results.OUT / "webload.json").write_text(json.dumps({"runs": raw, "acquisitions_per_request": per_request}, indent=1))
     med = {m: {r: {k: statistics.median(run[k] for run in raw[m][r]) for k in ("rps", "p50_ms", "p99_ms")}
                for r in ROUTES} for m in MODES}
     lines = [
@@ -134,7 +177,9 @@ def main() -> int:
             for r in ROUTES}
     lines += ["", f"otel-gil's req/s loss on top of OpenTelemetry: /hello {loss['/hello']:.1f} % (target ≤ 3 %: "
               f"{'met' if loss['/hello'] <= 3 else 'not met'}), /work {loss['/work']:.1f} % (target ≤ 1 %: "
-              f"{'met' if loss['/work'] <= 1 else 'not met'})."]
+              f"{'met' if loss['/work'] <= 1 else 'not met'}).",
+              "", f"A /hello request makes **{per_request:.1f} GIL acquisitions** in its worker (each a traced hand-off; "
+              "`otel-gil report`'s capture on both workers over 5 s, requests sent one at a time)."]
     body = "\n".join(lines)
     results.write_section("http", body)
     print(body)
