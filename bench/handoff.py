@@ -70,13 +70,26 @@ def attach_empty(pid: int):
     from collector.__main__ import _import_bcc
 
     _import_bcc()
-    from bcc import BPF
+    from bcc import BPF, lib
 
     bpf = BPF(text="int empty(void *ctx) { return 0; }")
+    empty = bpf.load_func(b"empty", BPF.KPROBE).fd
+    fds = []
     for probe in probes.plan(pid).probes:
         if not probe.bootstrap:  # detached by the collector after the first hand-off
-            bpf.attach_uprobe(name=probe.path, addr=probe.offset, fn_name="empty", pid=pid)
-    return bpf.cleanup
+            # As the collector attaches (perf uprobe events, no tracefs needed to detach).
+            name = f"p_otelgil_floor_{pid}_{probe.offset:x}".encode()
+            fd = lib.bpf_attach_uprobe(empty, 0, name, probe.path.encode(), probe.offset, pid)
+            if fd < 0:
+                raise OSError(f"empty uprobe at {probe.path}+{probe.offset:#x} failed to attach")
+            fds.append(fd)
+
+    def detach() -> None:
+        for fd in fds:
+            lib.bpf_close_perf_event_fd(fd)
+        bpf.cleanup()
+
+    return detach
 
 
 def prog_stats(pid: int) -> tuple[int, int]:

@@ -307,7 +307,8 @@ static PyObject *Hooks_on_start(Hooks *self, PyObject *const *argv, Py_ssize_t n
 	Start *start = PyObject_New(Start, &StartType);
 	if (start == NULL) {
 		Py_DECREF(ring);
-		return NULL;
+		PyErr_Clear();
+		return PyObject_CallOneArg(self->py_on_start, span);
 	}
 	thread_for(self->registration, generation);
 	start->mono_ns = (long long)clock_ns(CLOCK_MONOTONIC);
@@ -324,8 +325,10 @@ static PyObject *Hooks_on_start(Hooks *self, PyObject *const *argv, Py_ssize_t n
 	start->tid = tls.tid;
 	int failed = PyObject_SetAttr(span, s_start_attr, (PyObject *)start);
 	Py_DECREF(start);
-	if (failed)
-		return NULL;
+	if (failed) { /* the Python hook meets the same failure and logs it, once: never break the app */
+		PyErr_Clear();
+		return PyObject_CallOneArg(self->py_on_start, span);
+	}
 	Py_RETURN_NONE;
 }
 
