@@ -750,7 +750,8 @@ PyMODINIT_FUNC PyInit__fastspan(void)
 	Py_INCREF(&StartType);
 	Py_INCREF(&HooksType);
 	if (PyModule_AddObject(m, "Start", (PyObject *)&StartType) || PyModule_AddObject(m, "Hooks", (PyObject *)&HooksType) ||
-	    PyModule_AddIntConstant(m, "SLOT_SIZE", sizeof(struct gil_slot))) {
+	    PyModule_AddIntConstant(m, "SLOT_SIZE", sizeof(struct gil_slot)) ||
+	    PyModule_AddIntConstant(m, "LAYOUT_VERSION", GIL_LAYOUT_VERSION)) {
 		Py_DECREF(m);
 		return NULL;
 	}

@@ -23,12 +23,16 @@ from otel_gil import threads
 from otel_gil.client import REGISTERED, Registration
 from otel_gil.metrics import GilMetrics
 
+log = logging.getLogger("otel_gil")
+
 try:
     from otel_gil import _fastspan
 except ImportError:  # built without a C compiler: the Python hooks alone
     _fastspan = None
-
-log = logging.getLogger("otel_gil")
+if _fastspan is not None and (_fastspan.LAYOUT_VERSION, _fastspan.SLOT_SIZE) != (ringlib.LAYOUT_VERSION, ringlib.SLOT_SIZE):
+    log.warning("otel-gil: the C span hooks were built for another ring layout; using the Python ones "
+                "(rebuild them: pip install -e . or reinstall otel-gil)")
+    _fastspan = None
 
 _SNAPSHOT_ATTR = "_otel_gil_start"
 CROSS_THREAD = "cross_thread"

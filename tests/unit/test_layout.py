@@ -72,3 +72,10 @@ def test_header_fits_in_a_slot_sized_entry():
     assert ring.SLOT_SIZE % 8 == 0  # BPF array entries are 8-byte aligned
     assert ring.RING_LEN & (ring.RING_LEN - 1) == 0  # the BPF side masks the ring index
     assert ring.HIST_BUCKETS & (ring.HIST_BUCKETS - 1) == 0
+
+
+def test_the_c_span_hooks_were_built_from_this_layout():
+    """otel_gil._fastspan includes gil_layout.h too: a stale build must not read the ring."""
+    from otel_gil import _fastspan
+
+    assert (_fastspan.LAYOUT_VERSION, _fastspan.SLOT_SIZE) == (ring.LAYOUT_VERSION, ring.SLOT_SIZE)
