@@ -6,7 +6,7 @@
  * dict. Everything else (no ring yet, another thread ended the span, long waits
  * to turn into events, a back-dated start, an SDK whose internals differ) is
  * handed to the Python hooks, which stay the reference: spans.py documents the
- * figures and tests/unit/test_fastspan.py checks both agree.
+ * figures, and tests/unit/test_spans.py runs every case through both.
  *
  * The slot layout is collector/gil_layout.h, the same file the BPF side uses.
  */
@@ -39,7 +39,7 @@ static __thread struct {
 	long index;
 } tls = {NULL, -1, 0, -1};
 
-/* Interned names and objects resolved once by Hooks.__init__. */
+/* Interned attribute names and attribute keys, made when the module loads. */
 static PyObject *s_ring, *s_generation, *s_status, *s_address, *s_nslots, *s_long_wait_ns, *s_start_attr,
 	*s_start_time, *s_end_time, *s_attributes, *s_dict, *s_immutable, *s_max_value_len, *s_maxlen,
 	*s_active, *s_name, *s_public_name, *s_kind, *s_set_attributes, *s_end_time_kw;
