@@ -211,7 +211,13 @@ def test_thread_churn_keeps_every_span_right(collector):
         for s in spans:
             a = s["attributes"]
             assert "gil.status" not in a, a
-            excess.append(a["gil.hold_ms"] - a["truth.hold_ns"] / 1e6)
+            # Nothing from another thread (a reused tid's old slot, say) leaks into a span.
+            assert 0 <= a["gil.hold_ms"] and a["gil.hold_ms"] + a["gil.wait_ms"] <= s["duration_ns"] / 1e6 + 0.01, s
+            if a["gil.acquisitions"] == 0:  # held the GIL throughout the span
+                excess.append(a["gil.hold_ms"] - a["truth.hold_ns"] / 1e6)
+        # A span that gave the GIL up (a forced switch can come between the truth's clock
+        # reads and the PyDLL call) held it for less than the truth window: those are left out.
+        assert len(excess) >= 0.5 * threads, f"only {len(excess)} spans kept the GIL throughout"
         assert min(excess) >= -0.01  # a span never holds less than its PyDLL call did
         assert statistics.median(excess) < 0.2
 
