@@ -50,20 +50,22 @@ def test_hog_holds_for_its_bursts(report):
 
 def test_long_waits_name_the_blocker(report):
     victim = span(report, "victim")
-    events = victim["events"]
-    assert len(events) == BURSTS
     hog_tid = span(report, "hog")["attributes"]["thread.id"]
+    assert {e["name"] for e in victim["events"]} == {"gil.wait"}
+    # Before the first burst the victim may wait a millisecond on the main thread starting
+    # the threads (a busy VM makes it so): that wait names MainThread, every other the hog.
+    assert {e["attributes"]["gil.blocker.thread.name"] for e in victim["events"]} <= {"gil-hog", "MainThread"}
+    events = [e for e in victim["events"] if e["attributes"]["gil.blocker.thread.id"] == hog_tid]
+    assert len(events) == BURSTS, victim["events"]
     for event in events:
-        assert event["name"] == "gil.wait"
         attrs = event["attributes"]
-        assert attrs["gil.blocker.thread.id"] == hog_tid
         assert attrs["gil.blocker.thread.name"] == "gil-hog"
         # One event per burst, each about a burst long: a busy VM delays the victim's wake-up
         # (its wait starts late) or its turn after the hog (ends late) by up to ~11 ms (seen in
         # CI), so each event is held to 25 %, their median to the usual 5 %.
         assert within(attrs["gil.wait_ms"], BURST_MS, rel=0.25), attrs
     assert within(statistics.median(e["attributes"]["gil.wait_ms"] for e in events), BURST_MS, rel=0.05)
-    assert sum(e["attributes"]["gil.wait_ms"] for e in events) <= victim["attributes"]["gil.wait_ms"] + 0.01
+    assert sum(e["attributes"]["gil.wait_ms"] for e in victim["events"]) <= victim["attributes"]["gil.wait_ms"] + 0.01
 
 
 def test_thread_attributes_follow_semantic_conventions(report):

@@ -12,12 +12,13 @@ RUNNERS = interpreters()
 
 @pytest.mark.parametrize("name", RUNNERS)
 def test_hog_ground_truth(collector, name):
-    report = run_scenario("hog", collector.address, "--bursts", "5", "--burst-ms", "40", runner=RUNNERS[name])
+    report = run_scenario("hog", collector.address, "--bursts", "5", "--burst-ms", "100", runner=RUNNERS[name])
     victim, hog = span(report, "victim")["attributes"], span(report, "hog")["attributes"]
     assert "gil.status" not in victim, report["stderr"]
     assert within(victim["gil.wait_ms"], report["truth"]["victim_wait_ns"] / 1e6), victim
     assert within(hog["gil.hold_ms"], sum(report["truth"]["bursts_ns"]) / 1e6), hog
-    assert [e["attributes"]["gil.blocker.thread.name"] for e in span(report, "victim")["events"]] == ["gil-hog"] * 5
+    blockers = [e["attributes"]["gil.blocker.thread.name"] for e in span(report, "victim")["events"]]
+    assert blockers.count("gil-hog") == 5 and set(blockers) <= {"gil-hog", "MainThread"}, blockers  # see test_ground_truth
 
 
 @pytest.mark.parametrize("name", RUNNERS)

@@ -5,7 +5,7 @@ from helpers import run_scenario, span, within
 
 
 def test_nobody_gets_figures(collector, nobody):
-    report = run_scenario("hog", collector.address, "--bursts", "5", "--burst-ms", "40", runner=nobody)
+    report = run_scenario("hog", collector.address, "--bursts", "5", "--burst-ms", "100", runner=nobody)
     assert report["uid"] == 65534
     victim = span(report, "victim")["attributes"]
     assert "gil.status" not in victim, report["stderr"]
@@ -16,7 +16,7 @@ def test_nobody_gets_figures(collector, nobody):
 def test_container_pid_and_mount_namespaces(collector, container):
     """The app sees itself as a low pid in its own namespace and its interpreter at a path
     that exists only there: identity comes from SO_PEERCRED, files from /proc/<pid>/root."""
-    report = run_scenario("hog", collector.address, "--bursts", "5", "--burst-ms", "40", runner=container)
+    report = run_scenario("hog", collector.address, "--bursts", "5", "--burst-ms", "100", runner=container)
     assert report["pid"] < 10  # as the app sees itself
     victim = span(report, "victim")["attributes"]
     assert "gil.status" not in victim, report["stderr"]
