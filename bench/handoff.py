@@ -68,25 +68,22 @@ def attach_empty(pid: int):
     sys.path.insert(0, str(ROOT))
     from collector import probes
     from collector.__main__ import _import_bcc
+    from collector.tracer import close_uprobe, open_uprobe
 
     _import_bcc()
-    from bcc import BPF, lib
+    from bcc import BPF
 
     bpf = BPF(text="int empty(void *ctx) { return 0; }")
     empty = bpf.load_func(b"empty", BPF.KPROBE).fd
-    fds = []
+    names = {}
     for probe in probes.plan(pid).probes:
         if not probe.bootstrap:  # detached by the collector after the first hand-off
-            # As the collector attaches (perf uprobe events, no tracefs needed to detach).
-            name = f"p_otelgil_floor_{pid}_{probe.offset:x}".encode()
-            fd = lib.bpf_attach_uprobe(empty, 0, name, probe.path.encode(), probe.offset, pid)
-            if fd < 0:
-                raise OSError(f"empty uprobe at {probe.path}+{probe.offset:#x} failed to attach")
-            fds.append(fd)
+            name = f"p_otelgil_floor_{pid}_{probe.offset:x}"
+            names[name] = open_uprobe(empty, name, probe, pid)
 
     def detach() -> None:
-        for fd in fds:
-            lib.bpf_close_perf_event_fd(fd)
+        for name, fd in names.items():
+            close_uprobe(name, fd)
         bpf.cleanup()
 
     return detach

@@ -100,19 +100,14 @@ class Tracer:
         return traced
 
     def _attach(self, pid: int, probe: Probe) -> str:
-        from bcc import lib
-
-        name = f"p_otelgil_{pid}_{probe.handler}_{probe.offset:x}".encode()
-        fd = lib.bpf_attach_uprobe(self._fns[probe.handler], 0, name, probe.path.encode(), probe.offset, pid)
-        if fd < 0:
-            raise OSError(f"uprobe {probe.handler} at {probe.path}+{probe.offset:#x} failed to attach")
-        self._uprobes[name.decode()] = fd
-        return name.decode()
+        name = f"p_otelgil_{pid}_{probe.handler}_{probe.offset:x}"
+        self._uprobes[name] = open_uprobe(self._fns[probe.handler], name, probe, pid)
+        return name
 
     def _detach(self, name: str) -> None:
         fd = self._uprobes.pop(name, None)
         if fd is not None:
-            self._detacher.submit(_close_uprobe, name, fd)
+            self._detacher.submit(close_uprobe, name, fd)
 
     def finish_bootstrap(self) -> None:
         """Detach bootstrap probes of processes whose condition variables are learned."""
@@ -146,7 +141,20 @@ class Tracer:
         self._bpf.cleanup()
 
 
-def _close_uprobe(name: str, fd: int) -> None:
+def open_uprobe(prog_fd: int, name: str, probe: Probe, pid: int) -> int:
+    """Attach program ``prog_fd`` at ``probe`` in process ``pid`` only: a perf uprobe event's fd.
+
+    Perf events (not tracefs's uprobe_events) so that closing the fd is all a detach takes.
+    """
+    from bcc import lib
+
+    fd = lib.bpf_attach_uprobe(prog_fd, 0, name.encode(), probe.path.encode(), probe.offset, pid)
+    if fd < 0:
+        raise OSError(f"uprobe {probe.handler} at {probe.path}+{probe.offset:#x} failed to attach")
+    return fd
+
+
+def close_uprobe(name: str, fd: int) -> None:
     from bcc import lib
 
     if lib.bpf_close_perf_event_fd(fd) < 0:
