@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Optional
 
@@ -39,18 +40,27 @@ def fast(request) -> bool:
     return request.param
 
 
-@pytest.fixture
-def setup(fast):
+@contextmanager
+def hooked(reg: FakeRegistration, fast: bool, metrics=None, **provider_kwargs):
+    """A TracerProvider with otel-gil's hooks on ``reg`` and an in-memory exporter: (tracer, processor, exporter)."""
     exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    ring = make_ring()
-    reg = FakeRegistration(ring)
-    gil = processor(reg, fast=fast)
+    provider = TracerProvider(**provider_kwargs)
+    gil = processor(reg, metrics, fast=fast)
     provider.add_span_processor(gil)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     spans.wrap_span_end(gil)
-    yield provider.get_tracer("test"), reg, ring, exporter
-    spans.unwrap_span_end()
+    try:
+        yield provider.get_tracer("test"), gil, exporter
+    finally:
+        spans.unwrap_span_end()
+
+
+@pytest.fixture
+def setup(fast):
+    ring = make_ring()
+    reg = FakeRegistration(ring)
+    with hooked(reg, fast) as (tracer, _, exporter):
+        yield tracer, reg, ring, exporter
 
 
 def my_slot(ring):
@@ -194,20 +204,13 @@ def test_server_spans_feed_the_wait_ratio_histogram(fast):
     ring = make_ring()
     reg = FakeRegistration(ring)
     gil_metrics = GilMetrics(reg, MeterProvider([reader]).get_meter("test"))
-    provider = TracerProvider()
-    gil = processor(reg, gil_metrics, fast=fast)
-    provider.add_span_processor(gil)
-    spans.wrap_span_end(gil)
-    try:
-        tracer = provider.get_tracer("test")
+    with hooked(reg, fast, gil_metrics) as (tracer, _, _):
         s = my_slot(ring)
         with tracer.start_as_current_span("GET /io", kind=SpanKind.SERVER, attributes={"http.route": "/io"}):
             s.wait_ns += 8_000_000
             time.sleep(0.01)
         with tracer.start_as_current_span("internal"):
             pass
-    finally:
-        spans.unwrap_span_end()
     points = {
         m.name: m.data.data_points
         for rm in reader.get_metrics_data().resource_metrics
@@ -226,37 +229,21 @@ def test_attribute_limits_hold(fast):
     """Where the span's limits would drop values, the figures go through set_attributes."""
     from opentelemetry.sdk.trace import SpanLimits
 
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider(span_limits=SpanLimits(max_span_attributes=4))
     ring = make_ring()
-    gil = processor(FakeRegistration(ring), fast=fast)
-    provider.add_span_processor(gil)
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    spans.wrap_span_end(gil)
-    try:
+    with hooked(FakeRegistration(ring), fast, span_limits=SpanLimits(max_span_attributes=4)) as (tracer, _, exporter):
         my_slot(ring)
-        with provider.get_tracer("test").start_as_current_span("x", attributes={"app": 1}):
+        with tracer.start_as_current_span("x", attributes={"app": 1}):
             pass
-    finally:
-        spans.unwrap_span_end()
     (span,) = exporter.get_finished_spans()
     assert len(span.attributes) == 4 and span.dropped_attributes == 5, dict(span.attributes)
 
 
 def test_a_shut_down_processor_adds_nothing(fast):
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
     ring = make_ring()
-    gil = processor(FakeRegistration(ring), fast=fast)
-    provider.add_span_processor(gil)
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    spans.wrap_span_end(gil)
-    try:
+    with hooked(FakeRegistration(ring), fast) as (tracer, gil, exporter):
         my_slot(ring)
         gil.shutdown()
-        with provider.get_tracer("test").start_as_current_span("after"):
+        with tracer.start_as_current_span("after"):
             pass
-    finally:
-        spans.unwrap_span_end()
     (span,) = exporter.get_finished_spans()
     assert not [k for k in span.attributes if k.startswith(("gil.", "thread."))], dict(span.attributes)
