@@ -66,9 +66,9 @@ def run_loop(pairs: int, sock: str, attach=None) -> float:
 def attach_empty(pid: int):
     """Empty programs on the collector's libc probes for ``pid``: what the traps cost with no work."""
     sys.path.insert(0, str(ROOT))
-    from collector import probes
-    from collector.__main__ import _import_bcc
-    from collector.tracer import close_uprobe, open_uprobe
+    from otel_gil_collector import probes
+    from otel_gil_collector.__main__ import _import_bcc
+    from otel_gil_collector.tracer import close_uprobe, open_uprobe
 
     _import_bcc()
     from bcc import BPF

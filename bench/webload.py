@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 import results  # noqa: E402
 import stack  # noqa: E402
 
-from otel_gil import report  # noqa: E402
+from otel_gil_collector import report  # noqa: E402
 
 MODES = ("none", "otel", "otel+otel-gil")
 ROUTES = ("/hello", "/work")

@@ -8,7 +8,7 @@ Examples:
     sudo otel-gil-collector
     sudo otel-gil-collector --socket /tmp/otel-gil.sock -v
     sudo otel-gil-collector --socket-group www-data   # only that group's apps may register
-    sudo /usr/bin/python3 -m collector --socket /run/otel-gil/otel-gil.sock
+    sudo /usr/bin/python3 -m otel_gil_collector --socket /run/otel-gil/otel-gil.sock
 """
 
 from __future__ import annotations
@@ -120,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         _check_privileges()
         _import_bcc()
         _check_kernel()
-        from collector.server import Server
-        from collector.tracer import Tracer
+        from otel_gil_collector.server import Server
+        from otel_gil_collector.tracer import Tracer
 
         log = logging.getLogger("otel_gil.collector")
         log.info("compiling the BPF program (a few seconds)...")

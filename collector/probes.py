@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from collector import elf
+from otel_gil_collector import elf
 from otel_gil import protocol
 
 # &gil->switch_cond - &gil->cond: sizeof(pthread_cond_t) + sizeof(pthread_mutex_t).

@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from collector import probes
-from collector.tracer import Traced, Tracer
+from otel_gil_collector import probes
+from otel_gil_collector.tracer import Traced, Tracer
 from otel_gil import protocol
 
 log = logging.getLogger("otel_gil.collector")

@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collector.bpfsys import MmapableArray
-from collector.probes import Probe, ProbePlan
+from otel_gil_collector.bpfsys import MmapableArray
+from otel_gil_collector.probes import Probe, ProbePlan
 from otel_gil import ring
 
 log = logging.getLogger("otel_gil.collector")

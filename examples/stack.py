@@ -70,7 +70,7 @@ def start_collector(socket_path: str, log: Path, timeout: float = 60) -> Service
     """The real collector (root), from this checkout, with the current interpreter."""
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "collector", "--socket", socket_path, "-v"],
+            [sys.executable, "-m", "otel_gil_collector", "--socket", socket_path, "-v"],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
         )
     return _wait(Service("collector", proc, log, socket_path), lambda: os.path.exists(socket_path), timeout)

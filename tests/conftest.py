@@ -46,10 +46,12 @@ def _sandbox(pid_namespace: bool):
     the workload."""
     workdir = Path(tempfile.mkdtemp(prefix="otel-gil-nobody-"))
     os.chmod(workdir, 0o755)
-    binds = {"prefix": sys.base_prefix, "site": sysconfig.get_paths()["purelib"], "repo": str(ROOT)}
+    # The root side's sources (collector/) are imported as otel_gil_collector: bound under that name.
+    binds = {"prefix": sys.base_prefix, "site": sysconfig.get_paths()["purelib"], "repo": str(ROOT),
+             "pkgs/otel_gil_collector": str(ROOT / "collector")}
     script = ["set -e"]
     for name, src in binds.items():
-        (workdir / name).mkdir()
+        (workdir / name).mkdir(parents=True)
         script.append(f"mount --bind '{src}' '{workdir / name}'")
     script.append(
         f'exec setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups --inh-caps=-all --bounding-set=-all "$@"'
@@ -60,15 +62,13 @@ def _sandbox(pid_namespace: bool):
         python=str(workdir / "prefix" / "bin" / os.path.basename(os.path.realpath(sys.executable))),
         repo=workdir / "repo",
         env={
-            "PYTHONPATH": f"{workdir / 'repo'}:{workdir / 'site'}",
+            "PYTHONPATH": f"{workdir / 'repo'}:{workdir / 'pkgs'}:{workdir / 'site'}",
             "LD_LIBRARY_PATH": str(workdir / "prefix" / "lib"),
             "PYTHONNOUSERSITE": "1",
             "HOME": "/nonexistent",
         },
     )
-    for name in binds:
-        (workdir / name).rmdir()
-    workdir.rmdir()
+    shutil.rmtree(workdir)  # only empty directories: the binds vanished with the workload's namespace
 
 
 @pytest.fixture

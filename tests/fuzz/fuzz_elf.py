@@ -10,7 +10,7 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from collector import elf
+    from otel_gil_collector import elf
 
 
 def one_input(data: bytes) -> None:

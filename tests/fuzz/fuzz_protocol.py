@@ -10,7 +10,7 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from collector.server import parse_hello
+    from otel_gil_collector.server import parse_hello
     from otel_gil import protocol
 
 

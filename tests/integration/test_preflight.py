@@ -5,7 +5,7 @@ import subprocess
 
 def test_not_root_is_one_clear_line(nobody):
     done = subprocess.run(
-        [*nobody.prefix, nobody.python, "-m", "collector", "--socket", "/nonexistent/x.sock"],
+        [*nobody.prefix, nobody.python, "-m", "otel_gil_collector", "--socket", "/nonexistent/x.sock"],
         capture_output=True, text=True, timeout=60, cwd="/", env={**nobody.env, "PATH": "/usr/bin:/bin"},
     )
     assert done.returncode == 2
@@ -15,7 +15,7 @@ def test_not_root_is_one_clear_line(nobody):
 
 def test_bad_options_are_refused(nobody):
     done = subprocess.run(
-        [*nobody.prefix, nobody.python, "-m", "collector", "--max-threads", "3"],
+        [*nobody.prefix, nobody.python, "-m", "otel_gil_collector", "--max-threads", "3"],
         capture_output=True, text=True, timeout=60, cwd="/", env={**nobody.env, "PATH": "/usr/bin:/bin"},
     )
     assert done.returncode == 2 and "--max-threads" in done.stderr

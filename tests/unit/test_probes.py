@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from collector import elf, probes
+from otel_gil_collector import elf, probes
 
 PYENV_LIBS = sorted(glob.glob("/root/.pyenv/versions/3.1[0-3].*/lib/libpython3.*.so.1.0")) + sorted(
     glob.glob("/root/.pyenv/versions/3.9.*/lib/libpython3.9.so.1.0")

@@ -2,9 +2,10 @@
 
 import re
 
-from otel_gil import ring, timeline
-from otel_gil.attach import ThreadTrace
-from otel_gil.report import Capture
+from otel_gil import ring
+from otel_gil_collector import timeline
+from otel_gil_collector.attach import ThreadTrace
+from otel_gil_collector.report import Capture
 
 MS = 1_000_000
 

@@ -52,7 +52,7 @@ def _duration(text: str) -> float:
 
 def _attach_errors(command: str, run) -> int:
     """Run ``run()``; an attach problem becomes one line on stderr (what to do) and exit status 1."""
-    from otel_gil.attach import AttachError
+    from otel_gil_collector.attach import AttachError
 
     try:
         return run()
@@ -64,7 +64,7 @@ def _attach_errors(command: str, run) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from otel_gil import report, timeline
+    from otel_gil_collector import report, timeline
 
     def run() -> int:
         captured = report.capture(args.pid, args.duration, report.progress_to_stderr)
@@ -77,9 +77,9 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _top(args: argparse.Namespace) -> int:
-    from otel_gil import top
-    from otel_gil.attach import Attachment
-    from otel_gil.report import progress_to_stderr
+    from otel_gil_collector import top
+    from otel_gil_collector.attach import Attachment
+    from otel_gil_collector.report import progress_to_stderr
 
     def run() -> int:
         with Attachment(args.pid, "otel-gil top", progress_to_stderr) as att:

@@ -60,8 +60,8 @@ class Attachment:
     """The collector's probes on one process, for as long as the attachment is open."""
 
     def __init__(self, pid: int, command: str, progress: Callable[[str], None] = print) -> None:
-        from collector import probes
-        from collector.__main__ import PreflightError, _check_kernel, _check_privileges, _import_bcc
+        from otel_gil_collector import probes
+        from otel_gil_collector.__main__ import PreflightError, _check_kernel, _check_privileges, _import_bcc
 
         try:
             _check_privileges()
@@ -78,7 +78,7 @@ class Attachment:
             self.plan = probes.plan(pid)
         except probes.UnsupportedProcess as exc:
             raise AttachError(str(exc)) from None
-        from collector.tracer import Tracer
+        from otel_gil_collector.tracer import Tracer
 
         progress("compiling and loading the BPF program (a few seconds)...")
         self.pid = pid

@@ -13,8 +13,8 @@ import html
 from dataclasses import dataclass
 from pathlib import Path
 
-from otel_gil.attach import ThreadTrace
-from otel_gil.report import Capture, fmt_ns
+from otel_gil_collector.attach import ThreadTrace
+from otel_gil_collector.report import Capture, fmt_ns
 
 LABEL_W = 300  # px: thread names
 PLOT_W = 1200  # px: the capture

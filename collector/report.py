@@ -1,6 +1,6 @@
 """``otel-gil report``: per-thread GIL figures of any running Python process, by pid.
 
-Needs root and bcc (see :mod:`otel_gil.attach`; the process needs no otel_gil and
+Needs root and bcc (see :mod:`otel_gil_collector.attach`; the process needs no otel_gil and
 no restart). The figures are those of the capture window only.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from otel_gil import ring as ringlib
-from otel_gil.attach import Attachment, ThreadTrace
+from otel_gil_collector.attach import Attachment, ThreadTrace
 
 POLL_S = 0.01  # ring reads: often enough that no thread's 16 long holds/waits overflow
 SAMPLES = 1000  # at most this many hold/wait samples per thread for the timeline

@@ -12,8 +12,8 @@ import curses
 import time
 
 from otel_gil import ring as ringlib
-from otel_gil.attach import Attachment
-from otel_gil.report import fmt_ns
+from otel_gil_collector.attach import Attachment
+from otel_gil_collector.report import fmt_ns
 
 KEY_POLL_S = 0.05
 
