@@ -65,27 +65,36 @@ class ProbePlan:
 
 
 @dataclass(frozen=True)
-class _Mapping:
+class Mapping:
+    """A file mapped by a process (its first mapping)."""
+
     path: str  # as /proc/<pid>/maps shows it to the collector, " (deleted)" removed
     inode: int
-    range: str  # "start-end" of its first mapping, hex without leading zeros: its name in map_files/
+    start: int
+    end: int
+    offset: int  # file offset mapped at start
     deleted: bool = False
 
+    @property
+    def range(self) -> str:
+        """Its name in /proc/<pid>/map_files/."""
+        return f"{self.start:x}-{self.end:x}"
 
-def _mapped_files(pid: int) -> list[_Mapping]:
+
+def mapped_files(pid: int) -> list[Mapping]:
     try:
         with open(f"/proc/{pid}/maps") as f:
             lines = f.read().splitlines()
     except OSError as exc:
         raise UnsupportedProcess(protocol.PROCESS_GONE, f"cannot read /proc/{pid}/maps: {exc.strerror}") from None
-    seen: dict[str, _Mapping] = {}
+    seen: dict[str, Mapping] = {}
     for line in lines:
         parts = line.split(maxsplit=5)
         if len(parts) == 6 and parts[5].startswith("/"):
             path, deleted = parts[5], parts[5].endswith(_DELETED)
             path = path[: -len(_DELETED)] if deleted else path
             start, end = (int(x, 16) for x in parts[0].split("-"))
-            seen.setdefault(path, _Mapping(path, int(parts[4]), f"{start:x}-{end:x}", deleted))
+            seen.setdefault(path, Mapping(path, int(parts[4]), start, end, int(parts[2], 16), deleted))
     return list(seen.values())
 
 
@@ -96,7 +105,7 @@ def _inode(path: str) -> int:
         return -1
 
 
-def _host_path(pid: int, mapping: _Mapping) -> str:
+def _host_path(pid: int, mapping: Mapping) -> str:
     """A path in the collector's mount namespace to the very file ``pid`` mapped."""
     in_root = f"/proc/{pid}/root{mapping.path}"  # a container's path, seen through its root
     candidates = [f"/proc/{pid}/map_files/{mapping.range}"]  # the mapped file, whatever the root
@@ -114,7 +123,7 @@ def _host_path(pid: int, mapping: _Mapping) -> str:
     )
 
 
-def _interpreter(pid: int, maps: list[_Mapping], gil_enabled: bool) -> _Mapping:
+def _interpreter(pid: int, maps: list[Mapping], gil_enabled: bool) -> Mapping:
     """The mapping holding the interpreter: libpython if loaded, else the executable."""
     for m in maps:
         match = _LIBPYTHON.search(m.path)
@@ -212,7 +221,7 @@ def plan(pid: int, gil_enabled: bool = False) -> ProbePlan:
     ``gil_enabled``: the process says a free-threaded build turned its GIL back on
     (``sys._is_gil_enabled()``); believing it can only mislead that process itself.
     """
-    maps = _mapped_files(pid)
+    maps = mapped_files(pid)
     interp = _interpreter(pid, maps, gil_enabled)
     interp_path = _host_path(pid, interp)
     try:
@@ -231,7 +240,7 @@ def plan(pid: int, gil_enabled: bool = False) -> ProbePlan:
     return ProbePlan(interp.path, interp_path, tuple(probes), stride, how)
 
 
-def _cond_library(pid: int, maps: list[_Mapping]) -> tuple[elf.ElfInfo, str]:
+def _cond_library(pid: int, maps: list[Mapping]) -> tuple[elf.ElfInfo, str]:
     """The library whose ``pthread_cond_*`` the interpreter's calls land in, and its path.
 
     Before glibc 2.34 they live in libpthread.so.0 (libc.so.6 has forwarders to them,

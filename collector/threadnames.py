@@ -27,7 +27,7 @@ import struct
 from dataclasses import dataclass
 from typing import Optional
 
-from otel_gil_collector import elf
+from otel_gil_collector import elf, probes
 
 
 class Unreadable(Exception):
@@ -210,15 +210,14 @@ class _Reader:
 
 
 def _load_base(pid: int, mapped_path: str, info: elf.ElfInfo) -> int:
-    """Where the interpreter's file is loaded in ``pid`` (address of virtual address 0)."""
+    """Where the interpreter's file is loaded in ``pid`` (the address of virtual address 0)."""
     try:
-        with open(f"/proc/{pid}/maps") as f:
-            for line in f:
-                parts = line.split(maxsplit=5)
-                if len(parts) == 6 and parts[5].rstrip("\n") == mapped_path and int(parts[2], 16) == 0:
-                    return int(parts[0].split("-")[0], 16) - (min(v for v, _, _, _ in info.loads) & ~0xFFF)
-    except (OSError, ValueError):
-        pass
+        maps = probes.mapped_files(pid)
+    except probes.UnsupportedProcess as exc:
+        raise Unreadable(str(exc)) from None
+    for m in maps:
+        if m.path == mapped_path and m.offset == 0:
+            return m.start - (min(v for v, _, _, _ in info.loads) & ~0xFFF)
     raise Unreadable(f"{mapped_path} is not mapped from its start in process {pid}")
 
 

@@ -25,6 +25,7 @@ pythons() {
 build() {  # NAME DIR
     local name=$1 dir=$2 include=mount,gcc,libc6-dev v
     for v in $(pythons "$name"); do include+=,python$v,python$v-dev,python$v-venv; done
+    [ "$name" != bullseye ] || include+=,python3-distutils  # python3.9-venv's virtual dependency
     command -v debootstrap >/dev/null || apt-get install -y -q debootstrap >/dev/null
     debootstrap --variant=minbase --include="$include" "$name" "$dir" "$mirror" >"$cache/$name.log" 2>&1 \
         || { tail -n 20 "$cache/$name.log" >&2; echo "rootfs.sh: debootstrap $name failed (log: $cache/$name.log)" >&2; return 1; }

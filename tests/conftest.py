@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import NOBODY, ROOT, Rootfs, Runner, interpreters, stack
+from helpers import NOBODY, ROOT, Rootfs, Runner, interpreters, matrix_names, stack
 
 
 @pytest.fixture(scope="session")
@@ -55,6 +55,12 @@ def matrix_runner(collector):
     yield get
     for tree in trees.values():
         tree.close()
+
+
+@pytest.fixture(params=matrix_names())
+def interpreter(request, matrix_runner) -> Runner:
+    """Each build of the verified matrix in turn (README's table)."""
+    return matrix_runner(request.param)
 
 
 def _sandbox(pid_namespace: bool):

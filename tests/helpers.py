@@ -70,6 +70,13 @@ def matrix_names() -> list[str]:
     return [*interpreters(), *(f"{fs}-{v}-{how}" for fs, v, how in rootfs_interpreters())]
 
 
+# The tree bound at another path in a private mount namespace, then chrooted into: the
+# collector sees its files under a path that exists nowhere in its own mount namespace.
+_BIND_CHROOT = """set -e
+tree=$1 at=$2; shift 2
+mount --rbind "$tree" "$at"
+exec chroot "$at" "$@"
+"""
 # A container as runtimes make one: own mount and pid namespaces, the tree bound onto itself
 # (pivot_root needs a mount point), /proc of the new pid namespace, the old root detached.
 _PIVOT_ROOT = """set -e
@@ -122,12 +129,25 @@ class Rootfs:
         assert sources and not missing, f"{self.name} python{version}: {missing} not built:\n{build.stdout}{build.stderr}"
 
     def runner(self, version: str, isolation: str) -> Runner:
-        root = ("chroot", str(self.path)) if isolation == "chroot" else (
-            "unshare", "--mount", "--pid", "--fork", "--propagation", "private",
-            "sh", "-c", _PIVOT_ROOT, "container", str(self.path))
+        """``isolation``: ``container``, ``chroot`` (see ISOLATIONS), or ``bind`` (_BIND_CHROOT)."""
+        if isolation == "chroot":
+            root = ("chroot", str(self.path))
+        elif isolation == "bind":
+            self._bind_at.mkdir(exist_ok=True)
+            root = ("unshare", "--mount", "--propagation", "private",
+                    "sh", "-c", _BIND_CHROOT, "bind", str(self.path), str(self._bind_at))
+        else:
+            root = ("unshare", "--mount", "--pid", "--fork", "--kill-child", "--propagation", "private",
+                    "sh", "-c", _PIVOT_ROOT, "container", str(self.path))
         return Runner(self._python(version), repo=self.inside, env={"PYTHONPATH": str(self.inside)}, prefix=root)
 
+    @property
+    def _bind_at(self) -> Path:
+        return Path(tempfile.gettempdir()) / f"otel-gil-bind-{self.repo.name}"
+
     def close(self) -> None:
+        if self._bind_at.exists():
+            self._bind_at.rmdir()
         subprocess.run(["umount", str(self.path / self.socket_dir.lstrip("/"))], check=True)
         (self.path / self.socket_dir.lstrip("/")).rmdir()
         shutil.rmtree(self.repo)
@@ -145,6 +165,33 @@ def run_scenario(name: str, socket_path: str, *options: str, runner: "Runner | N
     report = json.loads(done.stdout)
     report["stderr"] = done.stderr
     return report
+
+
+def workload_pid(proc: subprocess.Popen) -> int:
+    """The host pid of the workload a runner started: the process itself, or the one
+    process at the end of a namespace launcher's chain (unshare forks, sh execs)."""
+    pid = proc.pid
+    for _ in range(3):
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            break
+        if len(children) != 1:
+            break
+        pid = int(children[0])
+    return pid
+
+
+def check_hog_ground_truth(report: dict) -> None:
+    """The hog scenario's figures against its truth: the victim's wait, the hog's hold, and
+    the hog named as blocker of every burst (MainThread may block the victim before the first)."""
+    victim, hog = span(report, "victim")["attributes"], span(report, "hog")["attributes"]
+    assert "gil.status" not in victim, report["stderr"]
+    assert within(victim["gil.wait_ms"], report["truth"]["victim_wait_ns"] / 1e6), victim
+    assert within(hog["gil.hold_ms"], sum(report["truth"]["bursts_ns"]) / 1e6), hog
+    blockers = [e["attributes"]["gil.blocker.thread.name"] for e in span(report, "victim")["events"]]
+    bursts = len(report["truth"]["bursts_ns"])
+    assert blockers.count("gil-hog") == bursts and set(blockers) <= {"gil-hog", "MainThread"}, blockers
 
 
 def span(report: dict, name: str) -> dict:
