@@ -64,14 +64,16 @@ _MANAGED_DICT, _INLINE_VALUES = 1 << 4, 1 << 2  # tp_flags, 3.11+ / 3.13+
 _UNICODE_STATE = 32
 _MAX_ENTRIES = 1 << 16  # dicts larger than this are not sys.modules or threading's
 _MAX_NAME = 1024  # characters
+_READ_BUDGET = 16 << 20  # bytes per read(): a hostile process cannot keep a root tool busy
 _PYTHON_VERSION = re.compile(r"python3\.(\d+)(t?)(?!\d)")
 _Q = struct.Struct("<Q")
 
 
 class _Memory:
-    """Reads of a process's memory through /proc/<pid>/mem (read-only)."""
+    """Reads of a process's memory through /proc/<pid>/mem (read-only), within a budget."""
 
     def __init__(self, pid: int) -> None:
+        self._budget = _READ_BUDGET
         try:
             self._fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
@@ -81,6 +83,9 @@ class _Memory:
         os.close(self._fd)
 
     def read(self, address: int, size: int) -> bytes:
+        self._budget -= size
+        if self._budget < 0:
+            raise Unreadable(f"more than {_READ_BUDGET >> 20} MiB to read: not what threading keeps")
         try:
             data = os.pread(self._fd, size, address) if 0 < address < 1 << 63 else b""
         except OSError:
