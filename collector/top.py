@@ -47,6 +47,7 @@ class Frames:
             f"otel-gil top: pid {self.att.pid}, last {dt / 1e9:.1f} s: GIL held {100 * held / dt:.0f} %, "
             f"waited {100 * waited / dt:.0f} % (summed over threads)",
             self.att.plan.interpreter,
+            *([] if self.att.names_from == "threading" else [f"thread names from {self.att.names_from}"]),
             "",
             f"{'tid':>8} {'thread':<19} {'hold %':>7} {'wait %':>7} {'held':>8} {'waited':>8} {'acq/s':>8} {'convoy':>7}",
         ]

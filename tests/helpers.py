@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -105,10 +106,9 @@ class Rootfs:
         self.inside = Path("/") / self.repo.relative_to(self.path)  # the copy as processes inside see it
         (self.path / socket_dir.lstrip("/")).mkdir(parents=True, exist_ok=True)
         subprocess.run(["mount", "--bind", socket_dir, str(self.path / socket_dir.lstrip("/"))], check=True)
-        for part in ("otel_gil", "tests/workloads"):
+        for part in ("otel_gil", "collector", "tests/workloads"):  # collector/: headers setup.py includes
             shutil.copytree(ROOT / part, self.repo / part, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
-        for part in ("setup.py", "pyproject.toml", "collector/gil_layout.h", "README.md"):
-            (self.repo / part).parent.mkdir(parents=True, exist_ok=True)
+        for part in ("setup.py", "pyproject.toml", "README.md"):
             shutil.copy2(ROOT / part, self.repo / part)
         for v in ROOTFS_PYTHONS[name]:
             self._build_extensions(v)
@@ -124,9 +124,9 @@ class Rootfs:
                                 "setup.py -q build_ext --inplace"], capture_output=True, text=True)
         suffix = subprocess.run([*python, "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"],
                                 capture_output=True, text=True, check=True).stdout.strip()
-        sources = sorted((self.repo / "otel_gil").glob("*.c"))
-        missing = [c.name for c in sources if not c.with_name(c.stem + suffix).exists()]
-        assert sources and not missing, f"{self.name} python{version}: {missing} not built:\n{build.stdout}{build.stderr}"
+        modules = re.findall(r'Extension\(\s*"([\w.]+)"', (self.repo / "setup.py").read_text())
+        missing = [m for m in modules if not (self.repo / (m.replace(".", "/") + suffix)).exists()]
+        assert modules and not missing, f"{self.name} python{version}: {missing} not built:\n{build.stdout}{build.stderr}"
 
     def runner(self, version: str, isolation: str) -> Runner:
         """``isolation``: ``container``, ``chroot`` (see ISOLATIONS), or ``bind`` (_BIND_CHROOT)."""
