@@ -36,7 +36,7 @@ class Unreadable(Exception):
 
 @dataclass(frozen=True)
 class Layout:
-    """Offsets (x86-64 and aarch64, release builds with the GIL) of one CPython version."""
+    """Offsets in one CPython version's release builds with a GIL (64-bit Linux; checked on x86-64)."""
 
     interpreters_head: int  # _PyRuntimeState.interpreters.head
     modules: int  # PyInterpreterState.modules (<= 3.11), .imports.modules (3.12+)
@@ -144,10 +144,10 @@ class _Reader:
         digits = struct.unpack(f"<{count}I", self.mem.read(obj + 24, 4 * count)) if count else ()
         return sign * sum(d << (30 * i) for i, d in enumerate(digits))
 
-    def _keys(self, keys: int) -> tuple[list[tuple[int, int]], int]:
-        """([(key, value)...] of a PyDictKeysObject (values may be 0 for split tables), entry size)."""
+    def _keys(self, keys: int) -> list[tuple[int, int]]:
+        """[(key, value)...] of a PyDictKeysObject's entries (values are 0 in split tables)."""
         if self.version >= (3, 11):
-            log2_size, log2_index_bytes, kind = self.mem.read(keys + 8, 3)
+            _, log2_index_bytes, kind = self.mem.read(keys + 8, 3)  # dk_log2_size, ..., dk_kind
             nentries = self.mem.word(keys + 24)
             entries = keys + 32 + (1 << log2_index_bytes)
             general = kind == 0  # else unicode or split: entries without the hash
@@ -159,34 +159,35 @@ class _Reader:
         if not 0 <= nentries <= _MAX_ENTRIES:
             raise Unreadable(f"dict keys at {keys:#x} claim {nentries} entries")
         if not nentries:
-            return [], 0
+            return []
         step = 3 if general else 2
         raw = self.mem.words(entries, step * nentries)
-        return [(raw[i + step - 2], raw[i + step - 1]) for i in range(0, len(raw), step)], step
+        return [(raw[i + step - 2], raw[i + step - 1]) for i in range(0, len(raw), step)]
 
     def _values(self, values: int, count: int) -> tuple[int, ...]:
         """The values array of a split table (PyDictValues: 8 bytes of header from 3.13)."""
         return self.mem.words(values + (8 if self.version >= (3, 13) else 0), count) if count else ()
 
-    def _items(self, keys: int, values: int) -> dict[str, int]:
-        entries, _ = self._keys(keys)
+    def _entries(self, keys: int, values: int) -> list[tuple[int, int]]:
+        """(key, value) of every live entry, the values from ``values`` in a split table."""
+        entries = self._keys(keys)
         if values:
             entries = [(k, v) for (k, _), v in zip(entries, self._values(values, len(entries)))]
-        return {self.str(k): v for k, v in entries if k and v and self.type_of(k) == self.types["PyUnicode_Type"]}
+        return [(k, v) for k, v in entries if k and v]
+
+    def _by_name(self, entries: list[tuple[int, int]]) -> dict[str, int]:
+        return {self.str(k): v for k, v in entries if self.type_of(k) == self.types["PyUnicode_Type"]}
+
+    def _dict_entries(self, obj: int) -> list[tuple[int, int]]:
+        self.expect(obj, "PyDict_Type")
+        return self._entries(*self.mem.words(obj + _MA_KEYS, 2))
 
     def dict_items(self, obj: int) -> dict[str, int]:
         """{str key: value address} of a dict (other keys skipped)."""
-        self.expect(obj, "PyDict_Type")
-        keys, values = self.mem.words(obj + _MA_KEYS, 2)
-        return self._items(keys, values)
+        return self._by_name(self._dict_entries(obj))
 
     def dict_values(self, obj: int) -> list[int]:
-        self.expect(obj, "PyDict_Type")
-        keys, values = self.mem.words(obj + _MA_KEYS, 2)
-        entries, _ = self._keys(keys)
-        if values:
-            return [v for v in self._values(values, len(entries)) if v]
-        return [v for k, v in entries if k and v]
+        return [v for _, v in self._dict_entries(obj)]
 
     def attributes(self, obj: int) -> dict[str, int]:
         """An instance's attributes: its __dict__, or its inline/split values (3.11+)."""
@@ -205,13 +206,13 @@ class _Reader:
                 values = obj + self.mem.word(tp + _TP_BASICSIZE)
                 if self.mem.read(values + 3, 1) != b"\x01":  # PyDictValues.valid
                     raise Unreadable(f"object at {obj:#x} has invalidated inline values")
-                return self._items(cached_keys, values)
+                return self._by_name(self._entries(cached_keys, values))
             raise Unreadable(f"object at {obj:#x} has no __dict__ yet")
         if self.version >= (3, 12):
             tagged = self.mem.word(obj - 24)  # _PyDictOrValues: the values' address - 1, or a dict
-            return self._items(cached_keys, tagged + 1) if tagged & 1 else self.dict_items(tagged)
+            return self._by_name(self._entries(cached_keys, tagged + 1)) if tagged & 1 else self.dict_items(tagged)
         values, managed = self.mem.words(obj - 32, 2)
-        return self._items(cached_keys, values) if values else self.dict_items(managed)
+        return self._by_name(self._entries(cached_keys, values)) if values else self.dict_items(managed)
 
 
 def _load_base(pid: int, mapped_path: str, info: elf.ElfInfo) -> int:
