@@ -45,7 +45,7 @@ if mode in ("otel", "otel+otel-gil"):
         from otel_gil import GilInstrumentor
 
         GilInstrumentor().instrument(tracer_provider=provider, register_timeout_s=30)
-        assert GilInstrumentor._registration.status == "ok", GilInstrumentor._registration.detail
+        assert GilInstrumentor._backend.status == "ok", GilInstrumentor._backend.detail
     tracer = provider.get_tracer("peers")
 knocker = None
 if mode == "gilknocker":

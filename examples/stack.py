@@ -115,7 +115,7 @@ def app_command(framework: str, server: str, port: int, workers: int = 2, preloa
 
 def start_app(
     framework: str, server: str, port: int, service_name: str, socket_path: str, log: Path,
-    hog: bool = True, workers: int = 2, preload: bool = False, timeout: float = 60,
+    hog: bool = True, workers: int = 2, preload: bool = False, timeout: float = 60, backend: str = "auto",
 ) -> Service:
     argv, cwd = app_command(framework, server, port, workers, preload)
     env = {
@@ -128,6 +128,7 @@ def start_app(
         "OTEL_LOGS_EXPORTER": "none",
         "OTEL_BSP_SCHEDULE_DELAY": "200",
         "OTEL_GIL_SOCKET": socket_path,
+        "OTEL_GIL_BACKEND": backend,
         "EXAMPLE_GIL_HOG": "1" if hog else "0",
         "DJANGO_SETTINGS_MODULE": "gilsite.settings",
         "PYTHONPATH": str(ROOT),

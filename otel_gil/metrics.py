@@ -19,7 +19,8 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from otel_gil import ring as ringlib
 from otel_gil import threads
-from otel_gil.client import REGISTERED, Registration
+from otel_gil.backend import Backend
+from otel_gil.client import REGISTERED
 
 _FIELDS = ("wait_ns", "hold_ns", "acquisitions", "convoy_waits")
 _EXITED = ("exited_wait_ns", "exited_hold_ns", "exited_acquisitions", "exited_convoy_waits")
@@ -90,7 +91,7 @@ class Totals:
 class GilMetrics:
     """Registers the instruments on ``meter``; reads the ring once per collection."""
 
-    def __init__(self, registration: Registration, meter: Meter) -> None:
+    def __init__(self, registration: Backend, meter: Meter) -> None:
         self._registration = registration
         self._totals = Totals()
         self._lock = threading.Lock()
