@@ -546,6 +546,12 @@ static PyObject *install(PyObject *module, PyObject *args, PyObject *kwds)
 	}
 	epoch++;
 	active = 1;
+	struct gil_slot *mine = my_slot(); /* this thread holds the GIL from now on */
+	if (mine != NULL) {
+		seq_begin(mine);
+		mine->acquired_ns = now_ns();
+		seq_end(mine);
+	}
 	return Py_BuildValue("(kn)", (unsigned long)(uintptr_t)ring, (Py_ssize_t)ring_size);
 }
 
