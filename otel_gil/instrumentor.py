@@ -58,7 +58,7 @@ class GilInstrumentor(BaseInstrumentor):
         source = backend.start(kwargs.get("backend"), kwargs.get("socket_path"), int(long_wait_ms * 1e6), timeout)
         meter = metrics.get_meter(__name__, __version__, kwargs.get("meter_provider"))
         fast = os.environ.get(OTEL_GIL_NO_EXTENSIONS, "").strip().lower() not in ("1", "true", "yes")
-        processor = GilSpanProcessor(source, GilMetrics(source, meter), fast=fast)
+        processor = GilSpanProcessor(source, GilMetrics(source, meter, fast), fast=fast)
         provider.add_span_processor(processor)
         wrap_span_end(processor)
         GilInstrumentor._backend, GilInstrumentor._processor = source, processor

@@ -99,29 +99,40 @@ class Totals:
 class WaitRatios:
     """Server spans' wait ratios, counted per route into the buckets of ``_RATIO_BUCKETS``.
 
-    Routes beyond ``MAX_ROUTES`` are counted under ``(other routes)``, so the label set
-    stays bounded whatever the app names its spans.
+    ``table`` maps a route to its row: the count of each bucket (not cumulative),
+    then the sum of the ratios. Routes beyond ``MAX_ROUTES`` are counted under
+    ``(other routes)``, so the label set stays bounded whatever the app names its
+    spans. ``counter(ratio, route)`` counts one span: in C where otel_gil._fastspan
+    was built (the C span hooks call it directly), else :meth:`_count` under a lock.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, fast: bool = True) -> None:
+        self.table: dict[str, list] = {}
         self._lock = threading.Lock()
-        self._by_route: dict[str, list] = {}  # route -> [counts per bucket (not cumulative)..., sum]
+        self.counter = self._count
+        if fast:
+            try:
+                from otel_gil import _fastspan
 
-    def record(self, ratio: float, route: str) -> None:
+                self.counter = _fastspan.RatioCounter(self.table, _RATIO_BUCKETS, MAX_ROUTES, OTHER_ROUTES)
+            except (ImportError, AttributeError):  # not built, or built before the counter existed
+                pass
+
+    def _count(self, ratio: float, route: str) -> None:
         bucket = bisect.bisect_left(_RATIO_BUCKETS, ratio)
         with self._lock:
-            row = self._by_route.get(route)
+            row = self.table.get(route)
             if row is None:
-                if len(self._by_route) >= MAX_ROUTES:
+                if len(self.table) >= MAX_ROUTES:
                     route = OTHER_ROUTES
-                row = self._by_route.setdefault(route, [0] * len(_BUCKET_LABELS) + [0.0])
+                row = self.table.setdefault(route, [0] * len(_BUCKET_LABELS) + [0.0])
             row[bucket] += 1
             row[-1] += ratio
 
     def rows(self) -> list[tuple[str, list[int], int, float]]:
         """(route, cumulative bucket counts, count, sum) per route, consistent with each other."""
-        with self._lock:
-            snapshot = [(route, row[:]) for route, row in self._by_route.items()]
+        with self._lock:  # a row is copied whole (list() does not release the GIL)
+            snapshot = [(route, list(row)) for route, row in list(self.table.items())]
         out = []
         for route, row in snapshot:
             cumulative, total = [], 0
@@ -135,7 +146,7 @@ class WaitRatios:
 class GilMetrics:
     """Registers the instruments on ``meter``; reads the ring once per collection."""
 
-    def __init__(self, registration: Backend, meter: Meter) -> None:
+    def __init__(self, registration: Backend, meter: Meter, fast: bool = True) -> None:
         self._registration = registration
         self._totals = Totals()
         self._lock = threading.Lock()
@@ -149,7 +160,7 @@ class GilMetrics:
             )
         ):
             meter.create_observable_counter(name, [self._callback(i, scale[i])], unit=unit, description=description)
-        self._ratios = WaitRatios()
+        self.ratios = WaitRatios(fast)
         meter.create_observable_counter(
             "gil.wait_ratio.bucket", [self._observe_buckets], unit="{span}",
             description="Server spans whose share of duration spent waiting for the GIL is at most le",
@@ -178,7 +189,7 @@ class GilMetrics:
         return observe
 
     def _observe_buckets(self, options: CallbackOptions) -> Iterable[Observation]:
-        self._rows = self._ratios.rows()  # the three callbacks of one collection report one snapshot
+        self._rows = self.ratios.rows()  # the three callbacks of one collection report one snapshot
         for route, cumulative, _, _ in self._rows:
             for le, value in zip(_BUCKET_LABELS, cumulative):
                 yield Observation(value, {"http.route": route, "le": le})
@@ -192,4 +203,4 @@ class GilMetrics:
             yield Observation(total, {"http.route": route})
 
     def record_span(self, wait_ratio: float, route: str) -> None:
-        self._ratios.record(wait_ratio, route)
+        self.ratios.counter(wait_ratio, route)

@@ -203,7 +203,7 @@ def test_server_spans_feed_the_wait_ratio_histogram(fast):
     reader = InMemoryMetricReader()
     ring = make_ring()
     reg = FakeRegistration(ring)
-    gil_metrics = GilMetrics(reg, MeterProvider([reader]).get_meter("test"))
+    gil_metrics = GilMetrics(reg, MeterProvider([reader]).get_meter("test"), fast)
     with hooked(reg, fast, gil_metrics) as (tracer, _, exporter):
         s = my_slot(ring)
         with tracer.start_as_current_span("GET /io", kind=SpanKind.SERVER, attributes={"http.route": "/io"}):
@@ -231,14 +231,23 @@ def test_server_spans_feed_the_wait_ratio_histogram(fast):
     assert wait.value == pytest.approx(0.008)
 
 
-def test_wait_ratio_routes_are_bounded():
-    from otel_gil.metrics import MAX_ROUTES, OTHER_ROUTES, WaitRatios
+def test_wait_ratio_routes_are_bounded_and_buckets_exact(fast):
+    from otel_gil.metrics import _BUCKET_LABELS, MAX_ROUTES, OTHER_ROUTES, WaitRatios
 
-    ratios = WaitRatios()
+    ratios = WaitRatios(fast)
+    assert type(ratios.counter).__name__ == ("RatioCounter" if fast else "method")
+    for ratio in (0.0, 0.01, 0.011, 0.3, 1.0, 1.5):  # le is inclusive: 0.01 counts in le="0.01"
+        ratios.counter(ratio, "/io")
     for i in range(MAX_ROUTES + 50):
-        ratios.record(0.5, f"/item/{i}")
-    rows = {route: count for route, _, count, _ in ratios.rows()}
-    assert len(rows) == MAX_ROUTES + 1 and rows[OTHER_ROUTES] == 50
+        ratios.counter(0.5, f"/item/{i}")
+    rows = {route: (cumulative, count, total) for route, cumulative, count, total in ratios.rows()}
+    assert len(rows) == MAX_ROUTES + 1 and rows[OTHER_ROUTES][1] == 51
+    cumulative, count, total = rows["/item/0"]
+    assert count == 1 and total == 0.5 and cumulative == [0] * 5 + [1] * 5  # le=0.5 onwards
+    cumulative, count, total = rows["/io"]
+    assert dict(zip(_BUCKET_LABELS, cumulative)) == {
+        "0.01": 2, "0.05": 3, "0.1": 3, "0.2": 3, "0.3": 4, "0.5": 4, "0.7": 4, "0.9": 4, "1.0": 5, "+Inf": 6}
+    assert count == 6 and total == pytest.approx(2.821)
 
 
 def test_attribute_limits_hold(fast):
