@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from helpers import NOBODY, ROOT, Rootfs, Runner, interpreters, matrix_names, stack
+from helpers import BACKENDS, NOBODY, ROOT, Rootfs, Runner, interpreters, matrix_names, stack
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def backend(request) -> str:
+    """Who writes the GIL slots: every figure test runs once per writer (OTEL_GIL_BACKEND)."""
+    return request.param
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,10 +36,6 @@ class Runner:
     env: dict = field(default_factory=lambda: {"PYTHONPATH": str(ROOT)})
     prefix: tuple[str, ...] = ()  # e.g. a sandbox that drops privileges, a chroot
 
-    def with_env(self, **env: str) -> "Runner":
-        """The same runner with more environment (e.g. OTEL_GIL_BACKEND)."""
-        return replace(self, env={**self.env, **env})
-
     def command(self, script: Path, *args: str) -> list[str]:
         return [*self.prefix, self.python, str(self.repo / script.relative_to(ROOT)), *args]
 
@@ -50,6 +46,7 @@ MATRIX = ("3.9", "3.10", "3.11", "3.12", "3.13")
 # namespace (pivot_root, own pid namespace) and in a plain chroot (the collector's mount namespace).
 ROOTFS_PYTHONS = {"sid": ("3.13", "3.14", "3.15"), "bullseye": ("3.9",)}
 ISOLATIONS = ("container", "chroot")
+BACKENDS = ("collector", "inprocess")  # the two writers of the slot layout
 
 
 def interpreters() -> dict[str, Runner]:
@@ -153,13 +150,15 @@ class Rootfs:
         shutil.rmtree(self.repo)
 
 
-def run_scenario(name: str, socket_path: str, *options: str, runner: "Runner | None" = None) -> dict:
-    """Run tests/workloads/scenarios.py in a new process and return its JSON report."""
+def run_scenario(
+    name: str, socket_path: str, *options: str, runner: "Runner | None" = None, backend: str = "collector"
+) -> dict:
+    """Run tests/workloads/scenarios.py in a new process with ``backend`` (OTEL_GIL_BACKEND) and return its JSON report."""
     runner = runner or Runner(sys.executable)
     if not os.path.exists(runner.python) and not runner.prefix:
         raise AssertionError(f"{runner.python} is missing: run 'make matrix' (or 'make test') first")
     cmd = runner.command(SCENARIOS, name, socket_path, *options)
-    env = {**os.environ, **runner.env}
+    env = {**os.environ, **runner.env, "OTEL_GIL_BACKEND": backend}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, f"{cmd} failed:\n{done.stderr}"
     report = json.loads(done.stdout)

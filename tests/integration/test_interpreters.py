@@ -8,14 +8,14 @@ in a container (pivot_root, own pid namespace) and in a plain chroot."""
 from helpers import check_hog_ground_truth, run_scenario, span
 
 
-def test_hog_ground_truth(collector, interpreter):
-    check_hog_ground_truth(
-        run_scenario("hog", collector.address, "--bursts", "5", "--burst-ms", "100", runner=interpreter))
+def test_hog_ground_truth(collector, backend, interpreter):
+    check_hog_ground_truth(run_scenario("hog", collector.address, "--bursts", "5", "--burst-ms", "100",
+                                        runner=interpreter, backend=backend))
 
 
-def test_inlined_releases_are_counted(collector, interpreter):
+def test_inlined_releases_are_counted(collector, backend, interpreter):
     """os.stat/os.read release the GIL through whatever copy of drop_gil the build has."""
-    report = run_scenario("syscalls", collector.address, "--iterations", "500", runner=interpreter)
+    report = run_scenario("syscalls", collector.address, "--iterations", "500", runner=interpreter, backend=backend)
     attrs = span(report, "syscalls")["attributes"]
     truth = report["truth"]
     assert truth["acquisitions"] <= attrs["gil.acquisitions"] <= truth["acquisitions"] + 2, attrs
