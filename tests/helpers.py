@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -88,6 +88,19 @@ exec "$@"
 """
 
 
+_EXT_MODULES = """import setuptools
+setuptools.setup = lambda **kw: print(" ".join(e.name for e in kw.get("ext_modules", [])))
+exec(open("setup.py").read())
+"""
+
+
+@functools.cache
+def extension_modules() -> list[str]:
+    """The extension modules setup.py builds (its ``setup()`` call, intercepted)."""
+    done = subprocess.run([sys.executable, "-c", _EXT_MODULES], cwd=ROOT, capture_output=True, text=True, check=True)
+    return done.stdout.split()
+
+
 class Rootfs:
     """A cached Debian tree (``scripts/rootfs.sh NAME``) set up for one test session: a copy of
     the checkout inside it with otel_gil's C parts built for each of its interpreters (as
@@ -121,7 +134,7 @@ class Rootfs:
                                 "setup.py -q build_ext --inplace"], capture_output=True, text=True)
         suffix = subprocess.run([*python, "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"],
                                 capture_output=True, text=True, check=True).stdout.strip()
-        modules = re.findall(r'Extension\(\s*"([\w.]+)"', (self.repo / "setup.py").read_text())
+        modules = extension_modules()
         missing = [m for m in modules if not (self.repo / (m.replace(".", "/") + suffix)).exists()]
         assert modules and not missing, f"{self.name} python{version}: {missing} not built:\n{build.stdout}{build.stderr}"
 
