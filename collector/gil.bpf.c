@@ -1,21 +1,26 @@
 /* GIL hand-off tracing for the processes registered with otel-gil-collector.
  *
- * Probes (all attached per registered pid, never host-wide, no uretprobe):
+ * What each event writes: collector/gil_layout.h (the in-process backend does
+ * the same). Probes (all attached per registered pid, never host-wide, no uretprobe):
  *   take_gil entry            bootstrap only: marks the thread until the GIL's
  *                             two condition variables are learned, then detached
  *   pthread_cond_signal       on gil->cond: release (drop_gil, even inlined);
  *                             on gil->switch_cond: acquisition (take_gil)
  *   pthread_cond_timedwait    on gil->cond: a contended wait starts
+ *   pthread_cond_wait         on gil->switch_cond: a forced switch (drop_gil was
+ *                             asked to drop the GIL and waits for a taker); the
+ *                             thread's wait starts at its release just before
  *   sched_process_exit        (raw tracepoint) a thread exits: fold its figures
  *                             into the header and free its slot
  *
  * GIL_NSLOTS is set by the collector (-DGIL_NSLOTS=...).
  */
 #include <uapi/linux/ptrace.h>
+#include <linux/sched.h>
 #include "gil_layout.h"
 
 /* Template for the per-process slot arrays; every inner map has its shape. */
-BPF_F_TABLE("array", u32, struct gil_slot, slots_template, GIL_NSLOTS + 1, BPF_F_MMAPABLE);
+BPF_F_TABLE("array", u32, struct gil_slot, slots_template, GIL_NSLOTS + 1 + GIL_HOLD_PAGES, BPF_F_MMAPABLE);
 
 /* Registered tgid -> that process's slot array (the only pids we trace). */
 BPF_HASH_OF_MAPS(procs, u32, "slots_template", GIL_MAX_PROCS);
@@ -95,6 +100,11 @@ static __always_inline struct gil_slot *slot_get(void *slots, struct gil_header 
 			s->long_holds = 0;
 			s->wait_start_ns = 0;
 			s->acquired_ns = 0;
+			s->released_ns = 0;
+			s->released_mark_ns = 0;
+			s->wait_mark_ns = 0;
+			s->forced_waits = 0;
+			s->forced_nvcsw = 0;
 			__builtin_memset(s->hist, 0, sizeof(s->hist));
 			seq_bump(s);
 			return s;
@@ -104,27 +114,80 @@ static __always_inline struct gil_slot *slot_get(void *slots, struct gil_header 
 	return NULL;
 }
 
-static __always_inline void on_release(struct gil_header *h, struct gil_slot *s, u32 tid, u64 now)
+/* Append a hold to the process's hold log (serialized by gil->mutex): the record
+ * first, then the count that publishes it. */
+static __always_inline void log_hold(void *slots, struct gil_header *h, u32 tid, u64 start, u64 end)
+{
+	u64 n = h->holds_written;
+	u32 pos = n & (GIL_HOLD_LOG_LEN - 1);
+	u32 idx = GIL_NSLOTS + 1 + pos / GIL_HOLDS_PER_PAGE;
+	struct gil_hold_page *page = bpf_map_lookup_elem(slots, &idx);
+	if (!page)
+		return;
+	struct gil_hold *rec = &page->holds[pos & (GIL_HOLDS_PER_PAGE - 1)];
+	rec->start_ns = start;
+	rec->end_ns = end;
+	rec->tid = tid;
+#ifdef GIL_TSO
+	asm volatile("" ::: "memory");
+	*(volatile u64 *)&h->holds_written = n + 1;
+#else
+	__sync_fetch_and_add(&h->holds_written, 1);
+#endif
+}
+
+static __always_inline void on_release(void *slots, struct gil_header *h, struct gil_slot *s, u32 tid, u64 now)
 {
 	seq_bump(s);
 	if (s->acquired_ns) {
 		u64 hold = now - s->acquired_ns;
 		s->hold_ns += hold;
+		h->held_total_ns += hold;
 		if (hold >= h->long_hold_ns) {
 			struct gil_long_hold *lh = &s->hold_ring[s->long_holds & (GIL_RING_LEN - 1)];
 			lh->start_ns = s->acquired_ns;
 			lh->end_ns = now;
 			s->long_holds++;
 		}
+		if (hold >= h->hold_record_ns)
+			log_hold(slots, h, tid, s->acquired_ns, now);
 		s->acquired_ns = 0;
 	}
+	s->released_ns = now;
+	s->released_mark_ns = h->held_total_ns;
 	seq_bump(s);
 	h->last_release_tid = tid;
+	h->holder_tid = 0;
+	h->holder_since_ns = 0;
 }
 
-static __always_inline void on_acquire(struct gil_header *h, struct gil_slot *s, u64 now)
+/* The calling thread's voluntary context switches (it blocked that many times). */
+static __always_inline u64 nvcsw(void)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	return task->nvcsw;
+}
+
+/* A wait opened at a forced release whose thread blocked again since (it was a
+ * voluntary release before I/O, with a drop request pending) is no wait: drop it.
+ * Called between the slot's seq bumps. */
+static __always_inline void stale_check(struct gil_slot *s)
+{
+	if (!(s->flags & GIL_SLOT_UNCHECKED))
+		return;
+	s->flags &= ~GIL_SLOT_UNCHECKED;
+	if (nvcsw() - s->forced_nvcsw > 1) {
+		s->wait_start_ns = 0;
+		s->flags &= ~GIL_SLOT_FORCED;
+	}
+}
+
+static __always_inline void on_acquire(struct gil_header *h, struct gil_slot *s, u32 tid, u64 now)
 {
 	seq_bump(s);
+	stale_check(s);
+	if (s->flags & GIL_SLOT_FORCED)
+		s->forced_waits++;
 	if (s->wait_start_ns) {
 		u64 wait = now - s->wait_start_ns;
 		u32 bucket = bpf_log2l(wait) - 1; /* bcc's bpf_log2l is floor(log2) + 1, and 1 for 0 */
@@ -139,22 +202,50 @@ static __always_inline void on_acquire(struct gil_header *h, struct gil_slot *s,
 			lw->start_ns = s->wait_start_ns;
 			lw->end_ns = now;
 			lw->blocker_tid = h->last_release_tid;
+			lw->flags = s->flags & GIL_SLOT_FORCED ? GIL_WAIT_FORCED : 0;
+			u64 held = h->held_total_ns - s->wait_mark_ns;
+			lw->held_ns = (s64)held < 0 ? 0 : held > wait ? wait : held;
 			s->long_waits++;
 		}
 		s->wait_start_ns = 0;
 	}
 	s->acquisitions++;
 	s->acquired_ns = now;
-	s->flags &= ~GIL_SLOT_IN_TAKE_GIL;
+	s->flags &= ~(GIL_SLOT_IN_TAKE_GIL | GIL_SLOT_FORCED);
+	seq_bump(s);
+	h->holder_tid = tid;
+	h->holder_since_ns = now;
+}
+
+static __always_inline void on_wait(struct gil_header *h, struct gil_slot *s, u64 now)
+{
+	if (s->wait_start_ns && !(s->flags & GIL_SLOT_UNCHECKED))
+		return;
+	u64 since = h->holder_since_ns;
+	seq_bump(s);
+	stale_check(s);
+	if (!s->wait_start_ns) {
+		s->wait_start_ns = now;
+		s->wait_mark_ns = h->held_total_ns + (h->holder_tid && now > since ? now - since : 0);
+	}
 	seq_bump(s);
 }
 
-static __always_inline void on_wait(struct gil_slot *s, u64 now)
+/* A forced switch: the wait began at this thread's release, just before. */
+static __always_inline void on_forced_wait(struct gil_header *h, struct gil_slot *s, u64 now)
 {
 	if (s->wait_start_ns)
 		return;
 	seq_bump(s);
-	s->wait_start_ns = now;
+	if (s->released_ns) {
+		s->wait_start_ns = s->released_ns;
+		s->wait_mark_ns = s->released_mark_ns;
+	} else {
+		s->wait_start_ns = now;
+		s->wait_mark_ns = h->held_total_ns;
+	}
+	s->flags |= GIL_SLOT_FORCED | GIL_SLOT_UNCHECKED;
+	s->forced_nvcsw = nvcsw();
 	seq_bump(s);
 }
 
@@ -218,9 +309,9 @@ int cond_signal(struct pt_regs *ctx)
 		return 0;
 	u64 now = bpf_ktime_get_ns();
 	if (cond == h->gil_cond)
-		on_release(h, s, tid, now);
+		on_release(slots, h, s, tid, now);
 	else
-		on_acquire(h, s, now);
+		on_acquire(h, s, tid, now);
 	return 0;
 }
 
@@ -239,7 +330,21 @@ int cond_timedwait(struct pt_regs *ctx)
 		return 0;
 	struct gil_slot *s = slot_get(slots, h, tid);
 	if (s)
-		on_wait(s, bpf_ktime_get_ns());
+		on_wait(h, s, bpf_ktime_get_ns());
+	return 0;
+}
+
+int cond_wait(struct pt_regs *ctx)
+{
+	void *slots;
+	u32 tid;
+	struct gil_header *h = current_proc(&slots, &tid);
+	/* Until the conds are learned there is no release to start from. */
+	if (!h || !h->switch_cond || PT_REGS_PARM1(ctx) != h->switch_cond)
+		return 0;
+	struct gil_slot *s = slot_get(slots, h, tid);
+	if (s)
+		on_forced_wait(h, s, bpf_ktime_get_ns());
 	return 0;
 }
 
