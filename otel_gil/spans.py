@@ -18,6 +18,7 @@ import wrapt
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanKind
 
+from otel_gil import blame as blamelib
 from otel_gil import ring as ringlib
 from otel_gil import threads
 from otel_gil.client import REGISTERED, Registration
@@ -133,21 +134,27 @@ def figures(
         dropped = long_waits1 - long_waits0 - ringlib.RING_LEN
         if dropped > 0:
             attrs["gil.long_waits_dropped"] = dropped
+        waits = [w for w in waits if w.start_ns >= start.mono_ns - gap and w.end_ns <= now]
         names = threads.names()
+        name_of = lambda tid: threads.name(tid, names)  # noqa: E731
         wall_minus_mono = start.wall_ns - start.mono_ns
+        log = blamelib.HoldLog(ring, waits[0].start_ns) if waits else None
+        blames = []
         for w in waits:
-            if w.start_ns < start.mono_ns - gap or w.end_ns > now:
-                continue
             length = w.end_ns - w.start_ns
             if w.end_ns <= start.mono_ns:  # before the span object existed: not in the counters
                 wait += length
                 acquisitions += 1
                 convoy += length >= ring.header.convoy_ns
-            event = {"gil.wait_ms": round(length / 1e6, 3), "gil.blocker.thread.id": w.blocker_tid}
-            blocker = threads.name(w.blocker_tid, names)
-            if blocker is not None:
-                event["gil.blocker.thread.name"] = blocker
-            events.append(("gil.wait", event, w.start_ns + wall_minus_mono))
+            blames.append(log.blame(w))
+            events.append(("gil.wait", blamelib.event_attributes(blames[-1], name_of), w.start_ns + wall_minus_mono))
+        top = blamelib.top_blocker(blames)
+        if top is not None:
+            attrs["gil.top_blocker.thread.id"] = top[0]
+            name = name_of(top[0])
+            if name is not None:
+                attrs["gil.top_blocker.thread.name"] = name
+            attrs["gil.top_blocker.hold_ms"] = round(top[1] / 1e6, 3)
     duration = max(span_end_ns - span_start_ns, now - start.mono_ns, 1)
     attrs.update(
         {
