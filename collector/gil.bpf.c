@@ -7,16 +7,12 @@
  *   pthread_cond_signal       on gil->cond: release (drop_gil, even inlined);
  *                             on gil->switch_cond: acquisition (take_gil)
  *   pthread_cond_timedwait    on gil->cond: a contended wait starts
- *   pthread_cond_wait         on gil->switch_cond: a forced switch (drop_gil was
- *                             asked to drop the GIL and waits for a taker); the
- *                             thread's wait starts at its release just before
  *   sched_process_exit        (raw tracepoint) a thread exits: fold its figures
  *                             into the header and free its slot
  *
  * GIL_NSLOTS is set by the collector (-DGIL_NSLOTS=...).
  */
 #include <uapi/linux/ptrace.h>
-#include <linux/sched.h>
 #include "gil_layout.h"
 
 /* Template for the per-process slot arrays; every inner map has its shape. */
@@ -100,11 +96,10 @@ static __always_inline struct gil_slot *slot_get(void *slots, struct gil_header 
 			s->long_holds = 0;
 			s->wait_start_ns = 0;
 			s->acquired_ns = 0;
-			s->released_ns = 0;
-			s->released_mark_ns = 0;
 			s->wait_mark_ns = 0;
+			s->wait_acq_mark = 0;
 			s->forced_waits = 0;
-			s->forced_nvcsw = 0;
+			s->forced_acq_mark = 0;
 			__builtin_memset(s->hist, 0, sizeof(s->hist));
 			seq_bump(s);
 			return s;
@@ -136,6 +131,9 @@ static __always_inline void log_hold(void *slots, struct gil_header *h, u32 tid,
 #endif
 }
 
+/* RELEASE. A release while a drop request is pending (h->drop_request) is most
+ * likely forced (the eval loop drops the GIL and takes it straight back): the
+ * thread's wait opens here, unchecked until its next WAIT or ACQUIRE. */
 static __always_inline void on_release(void *slots, struct gil_header *h, struct gil_slot *s, u32 tid, u64 now)
 {
 	seq_bump(s);
@@ -153,30 +151,27 @@ static __always_inline void on_release(void *slots, struct gil_header *h, struct
 			log_hold(slots, h, tid, s->acquired_ns, now);
 		s->acquired_ns = 0;
 	}
-	s->released_ns = now;
-	s->released_mark_ns = h->held_total_ns;
+	if (h->drop_request && !s->wait_start_ns) {
+		s->wait_start_ns = now;
+		s->wait_mark_ns = h->held_total_ns;
+		s->forced_acq_mark = h->acquisitions_total;
+		s->flags |= GIL_SLOT_FORCED | GIL_SLOT_UNCHECKED;
+	}
 	seq_bump(s);
 	h->last_release_tid = tid;
 	h->holder_tid = 0;
-	h->holder_since_ns = 0;
 }
 
-/* The calling thread's voluntary context switches (it blocked that many times). */
-static __always_inline u64 nvcsw(void)
-{
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	return task->nvcsw;
-}
-
-/* A wait opened at a forced release whose thread blocked again since (it was a
- * voluntary release before I/O, with a drop request pending) is no wait: drop it.
+/* STALE_CHECK: a wait opened at a requested release stands if the thread came
+ * straight back for the GIL (no other thread took it after the one it let in);
+ * otherwise the release was voluntary (I/O or C work followed) and is no wait.
  * Called between the slot's seq bumps. */
-static __always_inline void stale_check(struct gil_slot *s)
+static __always_inline void stale_check(struct gil_header *h, struct gil_slot *s)
 {
 	if (!(s->flags & GIL_SLOT_UNCHECKED))
 		return;
 	s->flags &= ~GIL_SLOT_UNCHECKED;
-	if (nvcsw() - s->forced_nvcsw > 1) {
+	if (h->acquisitions_total - s->forced_acq_mark > 1) {
 		s->wait_start_ns = 0;
 		s->flags &= ~GIL_SLOT_FORCED;
 	}
@@ -185,7 +180,7 @@ static __always_inline void stale_check(struct gil_slot *s)
 static __always_inline void on_acquire(struct gil_header *h, struct gil_slot *s, u32 tid, u64 now)
 {
 	seq_bump(s);
-	stale_check(s);
+	stale_check(h, s);
 	if (s->flags & GIL_SLOT_FORCED)
 		s->forced_waits++;
 	if (s->wait_start_ns) {
@@ -214,38 +209,27 @@ static __always_inline void on_acquire(struct gil_header *h, struct gil_slot *s,
 	s->flags &= ~(GIL_SLOT_IN_TAKE_GIL | GIL_SLOT_FORCED);
 	seq_bump(s);
 	h->holder_tid = tid;
-	h->holder_since_ns = now;
+	h->last_acquired_ns = now;
+	h->acquisitions_total++;
+	h->drop_request = 0;
 }
 
+/* WAIT. A second wait in one take_gil episode with no acquisition since the first
+ * means the first timed out with the holder unchanged: take_gil then asks the
+ * holder to drop the GIL (SET_GIL_DROP_REQUEST). */
 static __always_inline void on_wait(struct gil_header *h, struct gil_slot *s, u64 now)
 {
-	if (s->wait_start_ns && !(s->flags & GIL_SLOT_UNCHECKED))
-		return;
-	u64 since = h->holder_since_ns;
+	u64 acquisitions = h->acquisitions_total;
+	int again = s->wait_start_ns && !(s->flags & GIL_SLOT_UNCHECKED);
 	seq_bump(s);
-	stale_check(s);
+	stale_check(h, s);
 	if (!s->wait_start_ns) {
 		s->wait_start_ns = now;
-		s->wait_mark_ns = h->held_total_ns + (h->holder_tid && now > since ? now - since : 0);
+		s->wait_mark_ns = h->held_total_ns + (h->holder_tid && now > h->last_acquired_ns ? now - h->last_acquired_ns : 0);
+	} else if (again && s->wait_acq_mark == acquisitions) {
+		h->drop_request = 1;
 	}
-	seq_bump(s);
-}
-
-/* A forced switch: the wait began at this thread's release, just before. */
-static __always_inline void on_forced_wait(struct gil_header *h, struct gil_slot *s, u64 now)
-{
-	if (s->wait_start_ns)
-		return;
-	seq_bump(s);
-	if (s->released_ns) {
-		s->wait_start_ns = s->released_ns;
-		s->wait_mark_ns = s->released_mark_ns;
-	} else {
-		s->wait_start_ns = now;
-		s->wait_mark_ns = h->held_total_ns;
-	}
-	s->flags |= GIL_SLOT_FORCED | GIL_SLOT_UNCHECKED;
-	s->forced_nvcsw = nvcsw();
+	s->wait_acq_mark = acquisitions;
 	seq_bump(s);
 }
 
@@ -331,20 +315,6 @@ int cond_timedwait(struct pt_regs *ctx)
 	struct gil_slot *s = slot_get(slots, h, tid);
 	if (s)
 		on_wait(h, s, bpf_ktime_get_ns());
-	return 0;
-}
-
-int cond_wait(struct pt_regs *ctx)
-{
-	void *slots;
-	u32 tid;
-	struct gil_header *h = current_proc(&slots, &tid);
-	/* Until the conds are learned there is no release to start from. */
-	if (!h || !h->switch_cond || PT_REGS_PARM1(ctx) != h->switch_cond)
-		return 0;
-	struct gil_slot *s = slot_get(slots, h, tid);
-	if (s)
-		on_forced_wait(h, s, bpf_ktime_get_ns());
 	return 0;
 }
 

@@ -12,66 +12,73 @@
  * blame by time held (which threads held the GIL during a long wait).
  *
  * Two writers fill this layout: the collector (collector/gil.bpf.c, eBPF
- * uprobes) and the in-process backend. Both hook the same libc calls and must
- * keep the same semantics; the comments on each field say who writes it and
- * when. The events, as seen by a writer (x86_64 glibc, FORCE_SWITCHING, CPython
- * 3.9-3.13):
- *   RELEASE     pthread_cond_signal(&gil->cond)        in drop_gil, under gil->mutex
- *   ACQUIRE     pthread_cond_signal(&gil->switch_cond) in take_gil, under gil->mutex
- *   WAIT        pthread_cond_timedwait(&gil->cond)     in take_gil, under gil->mutex
- *               (every call of the loop; only the first of an episode counts)
- *   FORCED_WAIT pthread_cond_wait(&gil->switch_cond)   in drop_gil, right after this
- *               thread's RELEASE, when a drop request is pending and no one has taken
- *               the GIL yet; under gil->switch_mutex only. Also after a voluntary
- *               release (Py_BEGIN_ALLOW_THREADS with a drop request pending): then the
- *               thread goes on to its I/O once woken, not to take_gil; the writer tells
- *               the two apart by the thread's voluntary context switches (nvcsw: the
- *               kernel's task->nvcsw, or getrusage(RUSAGE_THREAD).ru_nvcsw): a forced
- *               drop blocks at most once (in this wait) before its take_gil, an I/O
- *               call that blocked adds one more.
- *   EXIT        the thread exits (collector: sched_process_exit)
- * RELEASE, ACQUIRE and WAIT run under gil->mutex, so they are serialized across
- * threads: the header's process-wide fields marked "gil->mutex" need no atomic
- * read-modify-write. FORCED_WAIT touches only the thread's own slot. A writer
- * acts at the call's entry, before the libc call runs; now = CLOCK_MONOTONIC ns.
- * s = the calling thread's slot (claimed and zeroed on its first event), each
- * event's slot writes between two increments of s->seq.
+ * uprobes) and the in-process backend. Both hook the same libc calls and keep
+ * the same semantics, spelled out here. The events, as a writer sees them
+ * (FORCE_SWITCHING, every CPython 3.9-3.13):
+ *   RELEASE  pthread_cond_signal(&gil->cond)        in drop_gil
+ *   ACQUIRE  pthread_cond_signal(&gil->switch_cond) in take_gil, once it holds the GIL
+ *   WAIT     pthread_cond_timedwait(&gil->cond)     in take_gil's loop while the GIL is
+ *            taken: each call (the first of an episode, and one more per timeout)
+ *   EXIT     the thread exits (collector: sched_process_exit)
+ * All three calls run under gil->mutex, so the events are serialized across
+ * threads: the header's process-wide fields below need no atomic
+ * read-modify-write. A writer acts at the call's entry, before the libc call
+ * runs; now = CLOCK_MONOTONIC ns; h = the header; s = the calling thread's slot
+ * (claimed and zeroed on its first event); each event's slot writes go between
+ * two increments of s->seq (odd while writing; release ordering on weakly
+ * ordered CPUs).
  *
  *   RELEASE:     if s->acquired_ns: hold = now - s->acquired_ns; s->hold_ns += hold;
  *                  h->held_total_ns += hold; hold >= h->long_hold_ns: s->hold_ring entry;
- *                  hold >= h->hold_record_ns: hold log record {acquired_ns, now, tid},
- *                  then h->holds_written += 1 (release store); s->acquired_ns = 0.
- *                s->released_ns = now; s->released_mark_ns = h->held_total_ns;
- *                h->last_release_tid = tid; h->holder_tid = 0; h->holder_since_ns = 0.
+ *                  hold >= h->hold_record_ns: hold log record {acquired_ns, now, tid}
+ *                  at h->holds_written % GIL_HOLD_LOG_LEN, then h->holds_written += 1
+ *                  (a release store); s->acquired_ns = 0.
+ *                FORCED: if h->drop_request and !s->wait_start_ns: s->wait_start_ns = now;
+ *                  s->wait_mark_ns = h->held_total_ns; s->forced_acq_mark =
+ *                  h->acquisitions_total; s->flags |= GIL_SLOT_FORCED | GIL_SLOT_UNCHECKED.
+ *                h->last_release_tid = tid; h->holder_tid = 0.
  *   ACQUIRE:     STALE_CHECK; if s->flags & GIL_SLOT_FORCED: s->forced_waits++.
  *                if s->wait_start_ns: wait = now - s->wait_start_ns; hist, wait_ns,
  *                  convoy_waits (wait >= h->convoy_ns); wait >= h->long_wait_ns: s->ring
  *                  entry {wait_start_ns, now, h->last_release_tid,
  *                  flags = GIL_WAIT_FORCED if s->flags & GIL_SLOT_FORCED,
  *                  held_ns = h->held_total_ns - s->wait_mark_ns clamped to [0, wait]},
- *                  long_waits++;
- *                  s->wait_start_ns = 0. s->flags &= ~(GIL_SLOT_FORCED | GIL_SLOT_IN_TAKE_GIL);
- *                  (GIL_SLOT_UNCHECKED is already clear: STALE_CHECK ran first)
+ *                  long_waits++; s->wait_start_ns = 0.
  *                s->acquisitions++; s->acquired_ns = now;
- *                h->holder_tid = tid; h->holder_since_ns = now.
- *   WAIT:        STALE_CHECK; if !s->wait_start_ns: s->wait_start_ns = now; s->wait_mark_ns =
- *                  h->held_total_ns + (h->holder_tid ? now - h->holder_since_ns : 0).
- *   FORCED_WAIT: if !s->wait_start_ns: s->wait_start_ns = s->released_ns (the forced
- *                  release); s->wait_mark_ns = s->released_mark_ns (if no release was
- *                  seen, released_ns == 0: now and h->held_total_ns instead);
- *                  s->flags |= GIL_SLOT_FORCED | GIL_SLOT_UNCHECKED; s->forced_nvcsw = nvcsw (now).
- *                (The thread blocks until another takes the GIL, then re-enters
- *                take_gil: its WAITs there keep this start; its ACQUIRE closes it.)
- *   STALE_CHECK: (the first WAIT or ACQUIRE after a FORCED_WAIT) if s->flags & GIL_SLOT_UNCHECKED:
- *                  clear it; if nvcsw (now) - s->forced_nvcsw > 1, the release was
- *                  voluntary and the thread blocked in its I/O since: s->wait_start_ns = 0;
- *                  s->flags &= ~GIL_SLOT_FORCED (no wait from it).
- *   EXIT:        add the slot's wait/hold/acquisitions/convoy_waits to h->exited_*
- *                (atomic adds), h->exited_threads++, after freeing the slot (tid = 0).
+ *                s->flags &= ~(GIL_SLOT_FORCED | GIL_SLOT_IN_TAKE_GIL);
+ *                h->holder_tid = tid; h->last_acquired_ns = now; h->acquisitions_total++;
+ *                h->drop_request = 0 (take_gil resets a pending drop request).
+ *   WAIT:        again = s->wait_start_ns && !(s->flags & GIL_SLOT_UNCHECKED)
+ *                  (read before STALE_CHECK); STALE_CHECK;
+ *                if !s->wait_start_ns: s->wait_start_ns = now; s->wait_mark_ns =
+ *                  h->held_total_ns + (h->holder_tid ? now - h->last_acquired_ns : 0);
+ *                else if again and s->wait_acq_mark == h->acquisitions_total: the previous
+ *                  timedwait timed out with the same holder, so take_gil asked it to drop
+ *                  the GIL (SET_GIL_DROP_REQUEST): h->drop_request = 1.
+ *                s->wait_acq_mark = h->acquisitions_total.
+ *   STALE_CHECK: if s->flags & GIL_SLOT_UNCHECKED: clear it; if h->acquisitions_total -
+ *                  s->forced_acq_mark > 1, another thread took the GIL after the one
+ *                  this release let in: the thread did not come straight back (the
+ *                  release was voluntary, before I/O or C work, with a request pending):
+ *                  s->wait_start_ns = 0; s->flags &= ~GIL_SLOT_FORCED (no wait from it).
+ *   EXIT:        free the slot (tid = 0), then add its wait/hold/acquisitions/
+ *                convoy_waits to h->exited_* and h->exited_threads++ (atomic adds).
  *
- * convoy_waits thus counts waits of at least the switch interval, from WAIT or
- * from a forced release alike: each is a thread kept off the GIL for a whole
- * interval or more by other threads.
+ * Forced switches: a holder asked to drop the GIL (the eval loop) releases it and
+ * calls take_gil at once; until the taker has it, it may block in drop_gil on
+ * switch_cond, and on a busy machine it is often preempted as it wakes the taker
+ * (measured: 2-3 ms per switch on a loaded 2-core VM, switch_cond waited on in a
+ * quarter of the switches). Its wait counts from the release (FORCED above). A
+ * wait opened at a release that was voluntary (Py_BEGIN_ALLOW_THREADS with a
+ * request pending) is dropped at the thread's next WAIT or ACQUIRE unless no
+ * other thread took the GIL in between; if none did, the I/O ended while the
+ * GIL was still held by the thread it let in, and the whole stretch counts as a
+ * wait (at most the taker's hold). While GIL_SLOT_UNCHECKED is set, readers do
+ * not count the open wait.
+ *
+ * convoy_waits counts waits of at least the switch interval (h->convoy_ns),
+ * forced or not: each is a thread kept off the GIL for a whole interval or more
+ * by other threads.
  */
 #ifndef OTEL_GIL_LAYOUT_H
 #define OTEL_GIL_LAYOUT_H
@@ -86,8 +93,8 @@
 #define GIL_HOLD_PAGES (GIL_HOLD_LOG_LEN / GIL_HOLDS_PER_PAGE)
 
 #define GIL_SLOT_IN_TAKE_GIL 1 /* slot.flags: inside take_gil, cond addresses not yet learned */
-#define GIL_SLOT_FORCED 2      /* slot.flags: the open wait began at a forced switch (FORCED_WAIT) */
-#define GIL_SLOT_UNCHECKED 4   /* slot.flags: ... and STALE_CHECK has not run on it yet */
+#define GIL_SLOT_FORCED 2      /* slot.flags: the open wait began at a requested release (FORCED) */
+#define GIL_SLOT_UNCHECKED 4   /* slot.flags: ... and STALE_CHECK has not run on it yet (readers skip it) */
 #define GIL_WAIT_FORCED 1      /* gil_long_wait.flags: this wait began at a forced switch */
 
 struct gil_long_wait {
@@ -137,15 +144,12 @@ struct gil_slot {
 	struct gil_long_wait ring[GIL_RING_LEN];
 	__u64 long_holds;    /* holds >= header.long_hold_ns ever; hold_ring[long_holds % GIL_RING_LEN] is next */
 	struct gil_long_hold hold_ring[GIL_RING_LEN];
-	/* Blame (layout 4). The slot is written only by its own thread, each event's
-	 * writes between two seq increments (odd while writing), as for every field. */
-	__u64 released_ns;      /* RELEASE: now (set on every release, held or not) */
-	__u64 released_mark_ns; /* RELEASE: header.held_total_ns after this release added its hold */
-	__u64 wait_mark_ns;     /* process-wide held time when the open wait started: at WAIT (first of
-	                         * an episode) header.held_total_ns + (now - header.holder_since_ns if
-	                         * header.holder_tid else 0); at FORCED_WAIT released_mark_ns */
-	__u64 forced_waits;     /* waits that began at a forced release (counted at their ACQUIRE) */
-	__u64 forced_nvcsw;     /* FORCED_WAIT: the thread's voluntary context switches then */
+	/* Layout 4: blame and forced switches (what writes them: the top of this file). */
+	__u64 wait_mark_ns;     /* process-wide held time (header.held_total_ns + the open hold's part)
+	                         * when the open wait started: its held_ns is the difference at ACQUIRE */
+	__u64 wait_acq_mark;    /* WAIT: header.acquisitions_total at this thread's latest WAIT */
+	__u64 forced_waits;     /* waits that began at a requested release and stood (ACQUIRE) */
+	__u64 forced_acq_mark;  /* RELEASE that opened a forced wait: header.acquisitions_total then */
 };
 
 struct gil_header {
@@ -171,10 +175,11 @@ struct gil_header {
 	__u64 exited_acquisitions;
 	__u64 exited_convoy_waits;
 	__u64 long_hold_ns;
-	/* Blame (layout 4); process-wide, written under gil->mutex (see the top). */
-	__u64 holder_since_ns;  /* ACQUIRE: now; RELEASE: 0 */
-	__u64 held_total_ns;    /* RELEASE: += the hold closed (now - slot.acquired_ns, if the ACQUIRE
-	                         * was seen), before anything else of the release reads it */
+	/* Layout 4: process-wide, written under gil->mutex (see the top). */
+	__u64 last_acquired_ns;   /* ACQUIRE: now (the holder's since, while holder_tid != 0) */
+	__u64 acquisitions_total; /* ACQUIRE: += 1 */
+	__u64 held_total_ns;      /* RELEASE: += the hold it closed (if its ACQUIRE was seen) */
+	__u64 drop_request;       /* WAIT: 1 when take_gil asks the holder to drop the GIL; ACQUIRE: 0 */
 	__u64 holds_written;    /* holds ever written to the hold log. RELEASE of a hold >= hold_record_ns:
 	                         * write the record at holds_written % GIL_HOLD_LOG_LEN first, then store
 	                         * holds_written + 1 with release ordering (a reader that read

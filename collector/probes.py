@@ -5,8 +5,7 @@ The plan anchors on libc, whose functions are never inlined into CPython:
 ``pthread_cond_signal`` on the GIL's ``cond`` is a release (``drop_gil``, even
 where LTO inlined it), on its ``switch_cond`` an acquisition (``take_gil`` with
 FORCE_SWITCHING, every CPython 3.x); ``pthread_cond_timedwait`` on ``cond``
-starts a contended wait, ``pthread_cond_wait`` on ``switch_cond`` a forced switch
-(``drop_gil`` told to drop the GIL waits there for a taker). The two addresses differ per process (ASLR) and are
+starts a contended wait. The two addresses differ per process (ASLR) and are
 learned by the BPF side from one ``take_gil`` entry (the bootstrap probe).
 """
 
@@ -29,9 +28,6 @@ _LIBPYTHON = re.compile(r"/libpython3\.(\d+)(t?)\.so[.\d]*$")
 _FREE_THREADED_EXE = re.compile(r"/python3\.\d+t$")
 _LIBC = re.compile(r"/libc(\.so\.6|-2\.\d+\.so)$")
 _CALLER_BYTES = 256
-# libc functions probed (default symbol versions) -> BPF handler in gil.bpf.c.
-LIBC_PROBES = (("pthread_cond_signal", "cond_signal"), ("pthread_cond_timedwait", "cond_timedwait"),
-               ("pthread_cond_wait", "cond_wait"))
 
 
 class UnsupportedProcess(Exception):
@@ -201,7 +197,7 @@ def plan(pid: int, gil_enabled: bool = False) -> ProbePlan:
         raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, f"pid {pid} ({interp.path}) is not a Python process")
     take_gil, how = locate_take_gil(py, interp_path, f"/proc/{pid}/root")
     probes = [Probe(interp_path, take_gil, "take_gil_entry", bootstrap=True)]
-    for name, handler in LIBC_PROBES:
+    for name, handler in (("pthread_cond_signal", "cond_signal"), ("pthread_cond_timedwait", "cond_timedwait")):
         sym = c.dynamic.get(name)
         if sym is None:
             raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, f"{libc.path} exports no default {name}")

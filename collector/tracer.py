@@ -55,7 +55,7 @@ class Tracer:
         self._procs = self._bpf["procs"]
         self._fns = {
             name: self._bpf.load_func(name.encode(), BPF.KPROBE).fd
-            for name in ("take_gil_entry", "cond_signal", "cond_timedwait", "cond_wait")
+            for name in ("take_gil_entry", "cond_signal", "cond_timedwait")
         }
         self.traced: dict[int, Traced] = {}
         self._uprobes: dict[str, int] = {}  # event name -> perf event fd

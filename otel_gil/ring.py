@@ -82,11 +82,10 @@ class Slot(ctypes.Structure):
         ("ring", LongWait * RING_LEN),
         ("long_holds", _u64),
         ("hold_ring", LongHold * RING_LEN),
-        ("released_ns", _u64),
-        ("released_mark_ns", _u64),
         ("wait_mark_ns", _u64),
+        ("wait_acq_mark", _u64),
         ("forced_waits", _u64),
-        ("forced_nvcsw", _u64),
+        ("forced_acq_mark", _u64),
     ]
 
 
@@ -114,8 +113,10 @@ class Header(ctypes.Structure):
         ("exited_acquisitions", _u64),
         ("exited_convoy_waits", _u64),
         ("long_hold_ns", _u64),
-        ("holder_since_ns", _u64),
+        ("last_acquired_ns", _u64),
+        ("acquisitions_total", _u64),
         ("held_total_ns", _u64),
+        ("drop_request", _u64),
         ("holds_written", _u64),
         ("hold_record_ns", _u64),
     ]
@@ -210,9 +211,11 @@ def _closed(wait: int, hold: int, acquisitions: int, convoy: int, long_waits: in
 
 
 def counters(slot: Slot, now_ns: int) -> Counters:
-    """Figures of ``slot``, with any open wait or hold counted up to ``now_ns``."""
+    """Figures of ``slot``, with any open wait or hold counted up to ``now_ns`` (not a wait
+    still unchecked: it may turn out to be no wait)."""
+    wait_start = 0 if slot.flags & SLOT_UNCHECKED else slot.wait_start_ns
     return _closed(slot.wait_ns, slot.hold_ns, slot.acquisitions, slot.convoy_waits, slot.long_waits,
-                   slot.wait_start_ns, slot.acquired_ns, now_ns)
+                   wait_start, slot.acquired_ns, now_ns)
 
 
 def long_waits_since(slot: Slot, since: int) -> tuple[list[Wait], int]:
