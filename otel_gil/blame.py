@@ -34,11 +34,16 @@ class Blame:
 
 
 class HoldLog:
-    """The hold log's records from some time on, read once for several waits."""
+    """Holds of the process's hold log, in log order, to blame several waits on."""
 
-    def __init__(self, ring: ringlib.Ring, since_ns: int) -> None:
-        self.holds, self.complete = ring.holds_since(since_ns)
-        self._ends = [h.end_ns for h in self.holds]
+    def __init__(self, holds: list[ringlib.Hold]) -> None:
+        self.holds = holds
+        self._ends = [h.end_ns for h in holds]
+
+    @classmethod
+    def read(cls, ring: ringlib.Ring, since_ns: int) -> "HoldLog":
+        """The holds of ``ring`` that ended after ``since_ns``."""
+        return cls(ring.holds_since(since_ns)[0])
 
     def blame(self, wait: ringlib.Wait) -> Blame:
         held = ringlib.held_during(self.holds, self._ends, wait.start_ns, wait.end_ns)

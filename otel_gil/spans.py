@@ -138,7 +138,7 @@ def figures(
         names = threads.names()
         name_of = lambda tid: threads.name(tid, names)  # noqa: E731
         wall_minus_mono = start.wall_ns - start.mono_ns
-        log = blamelib.HoldLog(ring, waits[0].start_ns) if waits else None
+        log = blamelib.HoldLog.read(ring, waits[0].start_ns) if waits else None
         blames = []
         for w in waits:
             length = w.end_ns - w.start_ns
