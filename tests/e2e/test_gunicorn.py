@@ -1,5 +1,6 @@
 """Pre-fork servers: every gunicorn worker re-registers after fork and its spans
-carry its own figures (sync and gthread workers, with and without --preload)."""
+carry its own figures (sync and gthread workers, with and without --preload); the
+slowest requests name the GIL hog as their top blocker."""
 
 import os
 
@@ -35,3 +36,18 @@ def test_every_worker_reports_figures(app, collector, framework, server, preload
     log = collector.log_text()
     for pid in workers:
         assert f"pid {pid} (uid 0) registered" in log
+
+
+def test_the_slowest_requests_name_the_hog_as_top_blocker(app):
+    """gthread workers serve requests on several threads: the last thread to hand them the GIL
+    is often another request, but the one that held it longest is the metrics-collector."""
+    service = "flask-gunicorn-blame"
+    svc = app("flask", "gthread", service, workers=1, hog=True)
+    drive(svc.address, "/io", 80, concurrency=4)
+    spans = sorted(server_spans(service, "GET /io", 80), key=lambda s: s["duration"], reverse=True)[:10]
+    tops = [s["tags"].get("gil.top_blocker.thread.name") for s in spans]
+    assert tops.count("metrics-collector") >= 9, tops
+    for s in spans:
+        tags = s["tags"]
+        if tags.get("gil.top_blocker.thread.name") == "metrics-collector":
+            assert 0 < tags["gil.top_blocker.hold_ms"] <= tags["gil.wait_ms"] + 0.01, tags
