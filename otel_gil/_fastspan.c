@@ -708,6 +708,37 @@ static PyTypeObject HooksType = {
 	.tp_new = PyType_GenericNew,
 };
 
+/* ---------------------------------------------------------------- thread contexts */
+
+/* {threading ident: contextvars.Context} of this interpreter's threads that have one.
+ * Blame's rare path (a span with long waits) finds there the span the thread that held
+ * the GIL is in; nothing of this runs per span. Called with the GIL held. */
+static PyObject *thread_contexts(PyObject *module, PyObject *unused)
+{
+	PyObject *out = PyDict_New();
+	if (out == NULL)
+		return NULL;
+	PyInterpreterState *interp = PyThreadState_GetInterpreter(PyThreadState_Get());
+	for (PyThreadState *t = PyInterpreterState_ThreadHead(interp); t != NULL; t = PyThreadState_Next(t)) {
+		if (t->context == NULL)
+			continue;
+		PyObject *ident = PyLong_FromUnsignedLong(t->thread_id);
+		if (ident == NULL || PyDict_SetItem(out, ident, t->context)) {
+			Py_XDECREF(ident);
+			Py_DECREF(out);
+			return NULL;
+		}
+		Py_DECREF(ident);
+	}
+	return out;
+}
+
+static PyMethodDef module_methods[] = {
+	{"thread_contexts", thread_contexts, METH_NOARGS,
+	 "{threading ident: contextvars.Context} of the interpreter's threads (for blame: whose span held the GIL)."},
+	{NULL},
+};
+
 /* ---------------------------------------------------------------- module */
 
 static int intern_all(void)
@@ -738,6 +769,7 @@ static struct PyModuleDef fastspan_module = {
 	.m_name = "otel_gil._fastspan",
 	.m_doc = "The common case of otel_gil.spans' hooks, in C.",
 	.m_size = -1,
+	.m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__fastspan(void)

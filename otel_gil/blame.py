@@ -56,13 +56,17 @@ def _ms(ns: int) -> float:
     return round(ns / 1e6, 3)
 
 
-def event_attributes(b: Blame, name_of) -> dict:
-    """The ``gil.wait`` event of a long wait; ``name_of(tid)`` gives a thread's name or None."""
+def event_attributes(b: Blame, name_of, span_of=None) -> dict:
+    """The ``gil.wait`` event of a long wait; ``name_of(tid)`` gives a thread's name or None,
+    ``span_of(tid, since_ns)`` the (name, span id) of the span the thread has been in since then, or None."""
     tid, held = b.blocker
     attrs: dict = {"gil.wait_ms": _ms(b.wait.end_ns - b.wait.start_ns), "gil.blocker.thread.id": tid}
     name = name_of(tid)
     if name is not None:
         attrs["gil.blocker.thread.name"] = name
+    span = span_of(tid, b.wait.start_ns) if span_of is not None and b.held_by else None
+    if span is not None:
+        attrs["gil.blocker.span.name"], attrs["gil.blocker.span_id"] = span
     if b.held_by:
         listed = b.held_by[:LISTED]
         attrs["gil.blocker.hold_ms"] = _ms(held)

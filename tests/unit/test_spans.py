@@ -125,9 +125,17 @@ def test_long_waits_blame_the_threads_that_held_the_gil_by_time(setup):
     that held the GIL longest during the wait is, and the span's top blocker sums its waits."""
     tracer, _, ring, exporter = setup
     s = my_slot(ring)
-    release = threading.Event()
-    hog, peer = (threading.Thread(target=release.wait, name=n) for n in ("metrics-hog", "peer"))
+    release, in_span = threading.Event(), threading.Event()
+
+    def report() -> None:
+        with tracer.start_as_current_span("GET /report"):
+            in_span.set()
+            release.wait()
+
+    hog = threading.Thread(target=report, name="metrics-hog")
+    peer = threading.Thread(target=release.wait, name="peer")
     hog.start(), peer.start()
+    in_span.wait()
     with tracer.start_as_current_span("io"):
         t = time.monotonic_ns()
         log_hold(ring, hog.native_id, t - 1_000_000, t + 4_000_000)  # began before the wait
@@ -138,8 +146,11 @@ def test_long_waits_blame_the_threads_that_held_the_gil_by_time(setup):
         time.sleep(0.01)
     release.set()
     hog.join(), peer.join()
-    (span,) = exporter.get_finished_spans()
+    span, report_span = exporter.get_finished_spans()  # io ended first
     first, second = (e.attributes for e in span.events)
+    # What the hog was doing: the span it has been in since before the wait.
+    assert first["gil.blocker.span.name"] == "GET /report"
+    assert first["gil.blocker.span_id"] == f"{report_span.context.span_id:016x}"
     assert first["gil.blocker.thread.name"] == "metrics-hog" and first["gil.blocker.thread.id"] == hog.native_id
     assert first["gil.blocker.hold_ms"] == 4.0  # its part inside the wait only
     assert list(first["gil.blockers.thread.name"]) == ["metrics-hog", "peer"]

@@ -267,6 +267,7 @@ def main() -> None:
     spans = [
         {
             "name": s.name,
+            "span_id": f"{s.context.span_id:016x}",
             "attributes": dict(s.attributes),
             "events": [{"name": e.name, "timestamp": e.timestamp, "attributes": dict(e.attributes)} for e in s.events],
             "duration_ns": s.end_time - s.start_time,
