@@ -29,6 +29,7 @@ class Capture:
     traces: dict[int, ThreadTrace]
     # (time ns, {tid: (hold ns, wait ns) so far}), at most SAMPLES of them
     samples: list[tuple[int, dict[int, tuple[int, int]]]] = field(default_factory=list)
+    holds: list[ringlib.Hold] = field(default_factory=list)  # the process's hold log, as read
 
 
 def _pct(part: float, whole: float) -> float:
@@ -75,6 +76,7 @@ def capture(pid: int, duration_s: float, progress: Callable[[str], None] = print
         threads, interpreter, start = att.threads, att.plan.interpreter, att.start_ns
         present = att.present
         waited_on = {tid: att.waited_on(tid) for tid in present}
+        holds = att.holds
     wall = (end - start) / 1e9
     rows = [_thread(threads[tid], wall) for tid in present]
     for row in rows:
@@ -95,7 +97,7 @@ def capture(pid: int, duration_s: float, progress: Callable[[str], None] = print
         "threads": rows,
         "exited_threads": exited,
     }
-    return Capture(report, threads, samples)
+    return Capture(report, threads, samples, holds)
 
 
 def fmt_ns(ns: float) -> str:
