@@ -91,6 +91,7 @@
 #define GIL_HOLD_LOG_LEN 4096  /* holds kept in the process's hold log (a power of 2) */
 #define GIL_HOLDS_PER_PAGE 32  /* holds per array entry (a power of 2) */
 #define GIL_HOLD_PAGES (GIL_HOLD_LOG_LEN / GIL_HOLDS_PER_PAGE)
+#define GIL_HOLD_RECORD_NS 100000ULL /* header.hold_record_ns both writers set: holds logged one by one */
 
 #define GIL_SLOT_IN_TAKE_GIL 1 /* slot.flags: inside take_gil, cond addresses not yet learned */
 #define GIL_SLOT_FORCED 2      /* slot.flags: the open wait began at a requested release (FORCED) */

@@ -29,7 +29,7 @@ SLOT_IN_TAKE_GIL = 1
 SLOT_FORCED = 2
 SLOT_UNCHECKED = 4
 WAIT_FORCED = 1
-HOLD_RECORD_NS = 100_000  # holds this long go into the hold log (both writers set header.hold_record_ns to it)
+HOLD_RECORD_NS = 100_000  # header.hold_record_ns, as both writers set it: holds this long are logged
 CLOCK_MONOTONIC = 1
 
 _u32 = ctypes.c_uint32

@@ -24,7 +24,8 @@ from opentelemetry.trace import SpanKind, format_span_id
 from otel_gil import blame as blamelib
 from otel_gil import ring as ringlib
 from otel_gil import threads
-from otel_gil.client import REGISTERED, Registration
+from otel_gil.backend import Backend
+from otel_gil.client import REGISTERED
 from otel_gil.metrics import GilMetrics
 
 log = logging.getLogger("otel_gil")
@@ -81,7 +82,7 @@ def _read(ring: ringlib.Ring, cache: list, now: int) -> ringlib.Counters:
     return ring.read(index, cache[1], now)
 
 
-def snapshot(registration: Registration, metrics: Optional[GilMetrics] = None) -> _Start:
+def snapshot(registration: Backend, metrics: Optional[GilMetrics] = None) -> _Start:
     ring, generation, status = registration.ring, registration.generation, registration.status
     cache = _thread_tid(generation)
     now, wall = time.monotonic_ns(), time.time_ns()
@@ -205,7 +206,7 @@ class GilSpanProcessor(SpanProcessor):
     """Snapshots the thread's GIL counters as each span starts (figures land at ``Span.end``,
     see :func:`wrap_span_end`). ``fast``: the C hooks, where they were built."""
 
-    def __init__(self, registration: Registration, metrics: Optional[GilMetrics] = None, fast: bool = True) -> None:
+    def __init__(self, registration: Backend, metrics: Optional[GilMetrics] = None, fast: bool = True) -> None:
         self.registration = registration
         self.metrics = metrics
         self._hooks = None

@@ -28,14 +28,16 @@ def jaeger():
 
 
 @pytest.fixture
-def app(collector, jaeger, tmp_path):
-    """app(framework, server, service_name, **options) -> a started example app, stopped after the test."""
+def app(collector, jaeger, backend, tmp_path):
+    """app(framework, server, service_name, **options) -> a started example app with this run's backend,
+    stopped after the test. The service name gets the backend as a suffix (one Jaeger serves both runs)."""
     started = []
 
     def start(framework: str, server: str, service: str, **options) -> stack.Service:
         log = tmp_path / f"{service}.log"
         try:
-            svc = stack.start_app(framework, server, next(_ports), service, collector.address, log, **options)
+            svc = stack.start_app(framework, server, next(_ports), f"{service}-{backend}", collector.address, log,
+                                  backend=backend, **options)
         except stack.StackError as exc:
             pytest.fail(str(exc))
         started.append(svc)

@@ -1,7 +1,7 @@
 """Blame by time held and forced switches, against workloads whose culprit is known.
 
-The ``backend`` fixture says who writes the figures (the collector today; the
-in-process backend writes the same layout and joins as another parameter).
+Collector only for now: the module's ``backend`` fixture narrows the session's to the
+writer that fills layout 4's blame fields (the in-process one joins when it does).
 """
 
 import statistics
@@ -14,9 +14,8 @@ BURSTS, BURST_MS = 10, 50
 
 
 @pytest.fixture(scope="module", params=["collector"])
-def backend(request, collector) -> str:
-    """The socket a workload registers with."""
-    return collector.address
+def backend(request) -> str:
+    return request.param
 
 
 def _waits(report: dict, name: str) -> list[dict]:
@@ -30,8 +29,8 @@ def _parts_ms(w: dict) -> float:
 
 
 @pytest.fixture(scope="module")
-def requests_report(backend):
-    return run_scenario("requests", backend, "--io-threads", "4", "--requests", "20")
+def requests_report(collector, backend):
+    return run_scenario("requests", collector.address, "--io-threads", "4", "--requests", "20", backend=backend)
 
 
 def test_the_cpu_bound_thread_is_the_top_blocker_among_request_threads(requests_report):
@@ -61,8 +60,8 @@ def test_each_wait_breaks_down_to_its_length(requests_report):
 
 
 @pytest.fixture(scope="module")
-def hog_report(backend):
-    return run_scenario("hog", backend, "--bursts", str(BURSTS), "--burst-ms", str(BURST_MS))
+def hog_report(collector, backend):
+    return run_scenario("hog", collector.address, "--bursts", str(BURSTS), "--burst-ms", str(BURST_MS), backend=backend)
 
 
 def test_the_pydll_hog_held_the_gil_for_its_bursts(hog_report):
@@ -80,10 +79,10 @@ def test_the_pydll_hog_held_the_gil_for_its_bursts(hog_report):
     assert within(victim["gil.top_blocker.hold_ms"], sum(bursts_ms), rel=0.1)
 
 
-def test_forced_switches_count_as_waiting(backend):
+def test_forced_switches_count_as_waiting(collector, backend):
     """Two CPU-bound threads: each always either holds the GIL or wants it back, so its
     hold + wait is its span's length, and it waits while the other holds."""
-    report = run_scenario("switches", backend, "--seconds", "1")
+    report = run_scenario("switches", collector.address, "--seconds", "1", backend=backend)
     a, b = span(report, "spinner-a"), span(report, "spinner-b")
     for me, other in ((a, b), (b, a)):
         attrs, duration_ms = me["attributes"], me["duration_ns"] / 1e6

@@ -247,26 +247,51 @@ def test_server_spans_feed_the_wait_ratio_histogram(fast):
     reader = InMemoryMetricReader()
     ring = make_ring()
     reg = FakeRegistration(ring)
-    gil_metrics = GilMetrics(reg, MeterProvider([reader]).get_meter("test"))
-    with hooked(reg, fast, gil_metrics) as (tracer, _, _):
+    gil_metrics = GilMetrics(reg, MeterProvider([reader]).get_meter("test"), fast)
+    with hooked(reg, fast, gil_metrics) as (tracer, _, exporter):
         s = my_slot(ring)
         with tracer.start_as_current_span("GET /io", kind=SpanKind.SERVER, attributes={"http.route": "/io"}):
             s.wait_ns += 8_000_000
             time.sleep(0.01)
         with tracer.start_as_current_span("internal"):
             pass
+    ratio = next(x for x in exporter.get_finished_spans() if x.name == "GET /io").attributes["gil.wait_ratio"]
     points = {
         m.name: m.data.data_points
         for rm in reader.get_metrics_data().resource_metrics
         for sm in rm.scope_metrics
         for m in sm.metrics
     }
-    (point,) = points["gil.wait_ratio"]
-    assert point.attributes == {"http.route": "/io"} and point.count == 1
-    assert 0.3 < point.sum < 0.81
+    buckets = {p.attributes["le"]: p.value for p in points["gil.wait_ratio.bucket"]}
+    assert all(p.attributes["http.route"] == "/io" for p in points["gil.wait_ratio.bucket"])
+    # Cumulative: 0 up to the bucket of this span's ratio, 1 from there on (+Inf included).
+    assert buckets == {le: int(le == "+Inf" or ratio <= float(le)) for le in buckets}, (ratio, buckets)
+    assert len(buckets) == 10 and 0 < ratio < 1
+    ((count,), (total,)) = points["gil.wait_ratio.count"], points["gil.wait_ratio.sum"]
+    assert count.value == 1 and count.attributes == {"http.route": "/io"}
+    assert total.value == pytest.approx(ratio, rel=1e-9)
     (wait,) = points["gil.wait.time"]
     assert wait.attributes == {"thread.name": threading.current_thread().name}
     assert wait.value == pytest.approx(0.008)
+
+
+def test_wait_ratio_routes_are_bounded_and_buckets_exact(fast):
+    from otel_gil.metrics import _BUCKET_LABELS, MAX_ROUTES, OTHER_ROUTES, WaitRatios
+
+    ratios = WaitRatios(fast)
+    assert type(ratios.counter).__name__ == ("RatioCounter" if fast else "method")
+    for ratio in (0.0, 0.01, 0.011, 0.3, 1.0, 1.5):  # le is inclusive: 0.01 counts in le="0.01"
+        ratios.counter(ratio, "/io")
+    for i in range(MAX_ROUTES + 50):
+        ratios.counter(0.5, f"/item/{i}")
+    rows = {route: (cumulative, count, total) for route, cumulative, count, total in ratios.rows()}
+    assert len(rows) == MAX_ROUTES + 1 and rows[OTHER_ROUTES][1] == 51
+    cumulative, count, total = rows["/item/0"]
+    assert count == 1 and total == 0.5 and cumulative == [0] * 5 + [1] * 5  # le=0.5 onwards
+    cumulative, count, total = rows["/io"]
+    assert dict(zip(_BUCKET_LABELS, cumulative)) == {
+        "0.01": 2, "0.05": 3, "0.1": 3, "0.2": 3, "0.3": 4, "0.5": 4, "0.7": 4, "0.9": 4, "1.0": 5, "+Inf": 6}
+    assert count == 6 and total == pytest.approx(2.821)
 
 
 def test_attribute_limits_hold(fast):

@@ -221,7 +221,7 @@ def churn(tracer, args) -> dict:
             t.start()
         for t in batch:
             t.join()
-    ring = GilInstrumentor._registration.ring
+    ring = GilInstrumentor._backend.ring
     return {"threads": args.threads, "slot_overflows": ring.header.slot_overflows if ring else None}
 
 
@@ -275,8 +275,10 @@ def main() -> None:
         }
         for s in exporter.get_finished_spans()
     ]
-    ring = GilInstrumentor._registration.ring
+    source = GilInstrumentor._backend
+    ring = source.ring
     report = {
+        "backend": source.kind,
         "pid": os.getpid(),
         "pid_seen_by_collector": ring.header.pid if ring else None,
         "uid": os.getuid(),
