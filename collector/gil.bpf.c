@@ -1,7 +1,7 @@
 /* GIL hand-off tracing for the processes registered with otel-gil-collector.
  *
- * What each event writes: collector/gil_layout.h (the in-process backend does
- * the same). Probes (all attached per registered pid, never host-wide, no uretprobe):
+ * What each event writes: collector/gil_writer.h, which the in-process backend
+ * compiles too. Probes (all attached per registered pid, never host-wide, no uretprobe):
  *   take_gil entry            bootstrap only: marks the thread until the GIL's
  *                             two condition variables are learned, then detached
  *   pthread_cond_signal       on gil->cond: release (drop_gil, even inlined);
@@ -35,6 +35,25 @@ static __always_inline void seq_bump(struct gil_slot *s)
 	__sync_fetch_and_add(&s->seq, 1);
 #endif
 }
+
+/* The event logic both writers share (collector/gil_writer.h), on this side's primitives. */
+#define GIL_INLINE static __always_inline
+#define GIL_SEQ_BUMP(s) seq_bump(s)
+#define GIL_HOLD_PAGE(slots, i) hold_page(slots, i)
+#define GIL_LOG2(x) (bpf_log2l(x) - 1) /* bcc's bpf_log2l is floor(log2) + 1 */
+#ifdef GIL_TSO
+#define GIL_PUBLISH(p, v) ({ asm volatile("" ::: "memory"); *(volatile u64 *)(p) = (v); })
+#else
+#define GIL_PUBLISH(p, v) __sync_fetch_and_add((p), 1)
+#endif
+
+static __always_inline struct gil_hold_page *hold_page(void *slots, u32 page)
+{
+	u32 idx = GIL_NSLOTS + 1 + page;
+	return bpf_map_lookup_elem(slots, &idx);
+}
+
+#include "gil_writer.h"
 
 static __always_inline struct gil_header *header_of(void *slots)
 {
@@ -87,150 +106,12 @@ static __always_inline struct gil_slot *slot_get(void *slots, struct gil_header 
 			break;
 		/* tid and flags share one 8-byte word: claim it only while both are 0. */
 		if (s->tid == 0 && __sync_val_compare_and_swap((u64 *)&s->tid, 0, tid) == 0) {
-			seq_bump(s);
-			s->wait_ns = 0;
-			s->hold_ns = 0;
-			s->acquisitions = 0;
-			s->convoy_waits = 0;
-			s->long_waits = 0;
-			s->long_holds = 0;
-			s->wait_start_ns = 0;
-			s->acquired_ns = 0;
-			s->wait_mark_ns = 0;
-			s->wait_acq_mark = 0;
-			s->forced_waits = 0;
-			s->forced_acq_mark = 0;
-			__builtin_memset(s->hist, 0, sizeof(s->hist));
-			seq_bump(s);
+			gil_slot_reset(s);
 			return s;
 		}
 	}
 	__sync_fetch_and_add(&h->slot_overflows, 1);
 	return NULL;
-}
-
-/* Append a hold to the process's hold log (serialized by gil->mutex): the record
- * first, then the count that publishes it. */
-static __always_inline void log_hold(void *slots, struct gil_header *h, u32 tid, u64 start, u64 end)
-{
-	u64 n = h->holds_written;
-	u32 pos = n & (GIL_HOLD_LOG_LEN - 1);
-	u32 idx = GIL_NSLOTS + 1 + pos / GIL_HOLDS_PER_PAGE;
-	struct gil_hold_page *page = bpf_map_lookup_elem(slots, &idx);
-	if (!page)
-		return;
-	struct gil_hold *rec = &page->holds[pos & (GIL_HOLDS_PER_PAGE - 1)];
-	rec->start_ns = start;
-	rec->end_ns = end;
-	rec->tid = tid;
-#ifdef GIL_TSO
-	asm volatile("" ::: "memory");
-	*(volatile u64 *)&h->holds_written = n + 1;
-#else
-	__sync_fetch_and_add(&h->holds_written, 1);
-#endif
-}
-
-/* RELEASE. A release while a drop request is pending (h->drop_request) is most
- * likely forced (the eval loop drops the GIL and takes it straight back): the
- * thread's wait opens here, unchecked until its next WAIT or ACQUIRE. */
-static __always_inline void on_release(void *slots, struct gil_header *h, struct gil_slot *s, u32 tid, u64 now)
-{
-	seq_bump(s);
-	if (s->acquired_ns) {
-		u64 hold = now - s->acquired_ns;
-		s->hold_ns += hold;
-		h->held_total_ns += hold;
-		if (hold >= h->long_hold_ns) {
-			struct gil_long_hold *lh = &s->hold_ring[s->long_holds & (GIL_RING_LEN - 1)];
-			lh->start_ns = s->acquired_ns;
-			lh->end_ns = now;
-			s->long_holds++;
-		}
-		if (hold >= h->hold_record_ns)
-			log_hold(slots, h, tid, s->acquired_ns, now);
-		s->acquired_ns = 0;
-	}
-	if (h->drop_request && !s->wait_start_ns) {
-		s->wait_start_ns = now;
-		s->wait_mark_ns = h->held_total_ns;
-		s->forced_acq_mark = h->acquisitions_total;
-		s->flags |= GIL_SLOT_FORCED | GIL_SLOT_UNCHECKED;
-	}
-	seq_bump(s);
-	h->last_release_tid = tid;
-	h->holder_tid = 0;
-}
-
-/* STALE_CHECK: a wait opened at a requested release stands if the thread came
- * straight back for the GIL (no other thread took it after the one it let in);
- * otherwise the release was voluntary (I/O or C work followed) and is no wait.
- * Called between the slot's seq bumps. */
-static __always_inline void stale_check(struct gil_header *h, struct gil_slot *s)
-{
-	if (!(s->flags & GIL_SLOT_UNCHECKED))
-		return;
-	s->flags &= ~GIL_SLOT_UNCHECKED;
-	if (h->acquisitions_total - s->forced_acq_mark > 1) {
-		s->wait_start_ns = 0;
-		s->flags &= ~GIL_SLOT_FORCED;
-	}
-}
-
-static __always_inline void on_acquire(struct gil_header *h, struct gil_slot *s, u32 tid, u64 now)
-{
-	seq_bump(s);
-	stale_check(h, s);
-	if (s->flags & GIL_SLOT_FORCED)
-		s->forced_waits++;
-	if (s->wait_start_ns) {
-		u64 wait = now - s->wait_start_ns;
-		u32 bucket = bpf_log2l(wait) - 1; /* bcc's bpf_log2l is floor(log2) + 1, and 1 for 0 */
-		if (bucket >= GIL_HIST_BUCKETS)
-			bucket = GIL_HIST_BUCKETS - 1;
-		s->hist[bucket & (GIL_HIST_BUCKETS - 1)]++;
-		s->wait_ns += wait;
-		if (wait >= h->convoy_ns)
-			s->convoy_waits++;
-		if (wait >= h->long_wait_ns) {
-			struct gil_long_wait *lw = &s->ring[s->long_waits & (GIL_RING_LEN - 1)];
-			lw->start_ns = s->wait_start_ns;
-			lw->end_ns = now;
-			lw->blocker_tid = h->last_release_tid;
-			lw->flags = s->flags & GIL_SLOT_FORCED ? GIL_WAIT_FORCED : 0;
-			u64 held = h->held_total_ns - s->wait_mark_ns;
-			lw->held_ns = (s64)held < 0 ? 0 : held > wait ? wait : held;
-			s->long_waits++;
-		}
-		s->wait_start_ns = 0;
-	}
-	s->acquisitions++;
-	s->acquired_ns = now;
-	s->flags &= ~(GIL_SLOT_IN_TAKE_GIL | GIL_SLOT_FORCED);
-	seq_bump(s);
-	h->holder_tid = tid;
-	h->last_acquired_ns = now;
-	h->acquisitions_total++;
-	h->drop_request = 0;
-}
-
-/* WAIT. A second wait in one take_gil episode with no acquisition since the first
- * means the first timed out with the holder unchanged: take_gil then asks the
- * holder to drop the GIL (SET_GIL_DROP_REQUEST). */
-static __always_inline void on_wait(struct gil_header *h, struct gil_slot *s, u64 now)
-{
-	u64 acquisitions = h->acquisitions_total;
-	int again = s->wait_start_ns && !(s->flags & GIL_SLOT_UNCHECKED);
-	seq_bump(s);
-	stale_check(h, s);
-	if (!s->wait_start_ns) {
-		s->wait_start_ns = now;
-		s->wait_mark_ns = h->held_total_ns + (h->holder_tid && now > h->last_acquired_ns ? now - h->last_acquired_ns : 0);
-	} else if (again && s->wait_acq_mark == acquisitions) {
-		h->drop_request = 1;
-	}
-	s->wait_acq_mark = acquisitions;
-	seq_bump(s);
 }
 
 /* The current thread's registered process (its header and slots) and its tid there; NULL if none. */
@@ -293,9 +174,9 @@ int cond_signal(struct pt_regs *ctx)
 		return 0;
 	u64 now = bpf_ktime_get_ns();
 	if (cond == h->gil_cond)
-		on_release(slots, h, s, tid, now);
+		gil_on_release(slots, h, s, tid, now);
 	else
-		on_acquire(h, s, tid, now);
+		gil_on_acquire(h, s, tid, now);
 	return 0;
 }
 
@@ -314,7 +195,7 @@ int cond_timedwait(struct pt_regs *ctx)
 		return 0;
 	struct gil_slot *s = slot_get(slots, h, tid);
 	if (s)
-		on_wait(h, s, bpf_ktime_get_ns());
+		gil_on_wait(h, s, bpf_ktime_get_ns());
 	return 0;
 }
 

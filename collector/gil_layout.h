@@ -12,73 +12,9 @@
  * blame by time held (which threads held the GIL during a long wait).
  *
  * Two writers fill this layout: the collector (collector/gil.bpf.c, eBPF
- * uprobes) and the in-process backend. Both hook the same libc calls and keep
- * the same semantics, spelled out here. The events, as a writer sees them
- * (FORCE_SWITCHING, every CPython 3.9-3.13):
- *   RELEASE  pthread_cond_signal(&gil->cond)        in drop_gil
- *   ACQUIRE  pthread_cond_signal(&gil->switch_cond) in take_gil, once it holds the GIL
- *   WAIT     pthread_cond_timedwait(&gil->cond)     in take_gil's loop while the GIL is
- *            taken: each call (the first of an episode, and one more per timeout)
- *   EXIT     the thread exits (collector: sched_process_exit)
- * All three calls run under gil->mutex, so the events are serialized across
- * threads: the header's process-wide fields below need no atomic
- * read-modify-write. A writer acts at the call's entry, before the libc call
- * runs; now = CLOCK_MONOTONIC ns; h = the header; s = the calling thread's slot
- * (claimed and zeroed on its first event); each event's slot writes go between
- * two increments of s->seq (odd while writing; release ordering on weakly
- * ordered CPUs).
- *
- *   RELEASE:     if s->acquired_ns: hold = now - s->acquired_ns; s->hold_ns += hold;
- *                  h->held_total_ns += hold; hold >= h->long_hold_ns: s->hold_ring entry;
- *                  hold >= h->hold_record_ns: hold log record {acquired_ns, now, tid}
- *                  at h->holds_written % GIL_HOLD_LOG_LEN, then h->holds_written += 1
- *                  (a release store); s->acquired_ns = 0.
- *                FORCED: if h->drop_request and !s->wait_start_ns: s->wait_start_ns = now;
- *                  s->wait_mark_ns = h->held_total_ns; s->forced_acq_mark =
- *                  h->acquisitions_total; s->flags |= GIL_SLOT_FORCED | GIL_SLOT_UNCHECKED.
- *                h->last_release_tid = tid; h->holder_tid = 0.
- *   ACQUIRE:     STALE_CHECK; if s->flags & GIL_SLOT_FORCED: s->forced_waits++.
- *                if s->wait_start_ns: wait = now - s->wait_start_ns; hist, wait_ns,
- *                  convoy_waits (wait >= h->convoy_ns); wait >= h->long_wait_ns: s->ring
- *                  entry {wait_start_ns, now, h->last_release_tid,
- *                  flags = GIL_WAIT_FORCED if s->flags & GIL_SLOT_FORCED,
- *                  held_ns = h->held_total_ns - s->wait_mark_ns clamped to [0, wait]},
- *                  long_waits++; s->wait_start_ns = 0.
- *                s->acquisitions++; s->acquired_ns = now;
- *                s->flags &= ~(GIL_SLOT_FORCED | GIL_SLOT_IN_TAKE_GIL);
- *                h->holder_tid = tid; h->last_acquired_ns = now; h->acquisitions_total++;
- *                h->drop_request = 0 (take_gil resets a pending drop request).
- *   WAIT:        again = s->wait_start_ns && !(s->flags & GIL_SLOT_UNCHECKED)
- *                  (read before STALE_CHECK); STALE_CHECK;
- *                if !s->wait_start_ns: s->wait_start_ns = now; s->wait_mark_ns =
- *                  h->held_total_ns + (h->holder_tid ? now - h->last_acquired_ns : 0);
- *                else if again and s->wait_acq_mark == h->acquisitions_total: the previous
- *                  timedwait timed out with the same holder, so take_gil asked it to drop
- *                  the GIL (SET_GIL_DROP_REQUEST): h->drop_request = 1.
- *                s->wait_acq_mark = h->acquisitions_total.
- *   STALE_CHECK: if s->flags & GIL_SLOT_UNCHECKED: clear it; if h->acquisitions_total -
- *                  s->forced_acq_mark > 1, another thread took the GIL after the one
- *                  this release let in: the thread did not come straight back (the
- *                  release was voluntary, before I/O or C work, with a request pending):
- *                  s->wait_start_ns = 0; s->flags &= ~GIL_SLOT_FORCED (no wait from it).
- *   EXIT:        free the slot (tid = 0), then add its wait/hold/acquisitions/
- *                convoy_waits to h->exited_* and h->exited_threads++ (atomic adds).
- *
- * Forced switches: a holder asked to drop the GIL (the eval loop) releases it and
- * calls take_gil at once; until the taker has it, it may block in drop_gil on
- * switch_cond, and on a busy machine it is often preempted as it wakes the taker
- * (measured: 2-3 ms per switch on a loaded 2-core VM, switch_cond waited on in a
- * quarter of the switches). Its wait counts from the release (FORCED above). A
- * wait opened at a release that was voluntary (Py_BEGIN_ALLOW_THREADS with a
- * request pending) is dropped at the thread's next WAIT or ACQUIRE unless no
- * other thread took the GIL in between; if none did, the I/O ended while the
- * GIL was still held by the thread it let in, and the whole stretch counts as a
- * wait (at most the taker's hold). While GIL_SLOT_UNCHECKED is set, readers do
- * not count the open wait.
- *
- * convoy_waits counts waits of at least the switch interval (h->convoy_ns),
- * forced or not: each is a thread kept off the GIL for a whole interval or more
- * by other threads.
+ * uprobes) and the in-process backend (otel_gil/_inprocess.c, GOT hooks). Both
+ * hook the same libc calls and run the same event logic, collector/gil_writer.h,
+ * which says what each event writes; the comments on the fields say when.
  */
 #ifndef OTEL_GIL_LAYOUT_H
 #define OTEL_GIL_LAYOUT_H

@@ -40,7 +40,6 @@ def test_every_worker_reports_figures(app, collector, backend, framework, server
             assert f"pid {pid} (uid 0) registered" in log
 
 
-@pytest.mark.parametrize("backend", ["collector"])  # the in-process writer joins once it fills layout 4's blame
 def test_the_slowest_requests_name_the_hog_as_top_blocker(app, backend):
     """gthread workers serve requests on several threads: the last thread to hand them the GIL
     is often another request, but the one that held it longest is the metrics-collector."""

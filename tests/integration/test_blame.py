@@ -1,8 +1,5 @@
-"""Blame by time held and forced switches, against workloads whose culprit is known.
-
-Collector only for now: the module's ``backend`` fixture narrows the session's to the
-writer that fills layout 4's blame fields (the in-process one joins when it does).
-"""
+"""Blame by time held and forced switches, against workloads whose culprit is known,
+with both writers (the session's ``backend`` fixture)."""
 
 import statistics
 
@@ -11,11 +8,6 @@ import pytest
 from helpers import run_scenario, span, within
 
 BURSTS, BURST_MS = 10, 50
-
-
-@pytest.fixture(scope="module", params=["collector"])
-def backend(request) -> str:
-    return request.param
 
 
 def _waits(report: dict, name: str) -> list[dict]:
