@@ -25,6 +25,9 @@ class FakeRegistration:
     status: str = "ok"
     generation: int = 1
 
+    def check_fork(self) -> None:
+        pass
+
 
 def processor(reg, metrics=None, *, fast: bool) -> GilSpanProcessor:
     """The C hooks (otel_gil/_fastspan.c, built by ``pip install -e .``) or the Python ones."""
