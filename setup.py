@@ -13,7 +13,8 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=[
-        Extension(f"otel_gil.{name}", [f"otel_gil/{name}.c"], include_dirs=["collector"], optional=True)
+        Extension(f"otel_gil.{name}", [f"otel_gil/{name}.c"], include_dirs=["collector"], optional=True,
+                  depends=["collector/gil_layout.h", "collector/gil_writer.h"])
         for name in ("_inprocess", "_fastspan")
     ]
 )

@@ -15,6 +15,7 @@
 #include <structmember.h>
 
 #include <linux/types.h> /* the __u32/__u64 of gil_layout.h */
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -31,13 +32,21 @@ struct counters {
 	uint64_t wait_ns, hold_ns, acquisitions, convoy_waits, long_waits;
 };
 
+/* fork()s this process came out of, whoever called fork (os.fork, or C code such as
+ * uWSGI's, where Python's at-fork hooks never run): a child's cached tids expire, and
+ * the hooks ask the backend to check its pid (registration.check_fork()). */
+static unsigned long forks;
+
+static void count_fork(void) { forks++; }
+
 /* The calling thread's kernel tid and slot, valid for one registration generation. */
 static __thread struct {
 	PyObject *registration; /* compared, never dereferenced */
 	long generation;
+	unsigned long forks;
 	pid_t tid;
 	long index;
-} tls = {NULL, -1, 0, -1};
+} tls = {NULL, -1, 0, 0, -1};
 
 /* Interned attribute names and attribute keys, made when the module loads. */
 static PyObject *s_ring, *s_generation, *s_status, *s_address, *s_nslots, *s_long_wait_ns, *s_start_attr,
@@ -302,6 +311,7 @@ typedef struct {
 	const char *base;
 	uint32_t nslots;
 	uint64_t long_wait_ns;
+	unsigned long seen_forks; /* forks when the backend last checked its pid */
 	int enabled;
 } Hooks;
 
@@ -372,6 +382,7 @@ static int Hooks_init(Hooks *self, PyObject *args, PyObject *kwds)
 	self->end_time_kwnames = PyTuple_Pack(1, s_end_time_kw);
 	if (self->end_time_kwnames == NULL)
 		return -1;
+	self->seen_forks = forks;
 	self->enabled = 1;
 	return 0;
 }
@@ -422,9 +433,10 @@ static PyObject *current_ring(Hooks *self, long *generation)
 
 static void thread_for(PyObject *registration, long generation)
 {
-	if (tls.registration != registration || tls.generation != generation) {
+	if (tls.registration != registration || tls.generation != generation || tls.forks != forks) {
 		tls.registration = registration;
 		tls.generation = generation;
+		tls.forks = forks;
 		tls.tid = (pid_t)syscall(SYS_gettid);
 		tls.index = -1;
 	}
@@ -440,6 +452,12 @@ static PyObject *Hooks_on_start(Hooks *self, PyObject *const *argv, Py_ssize_t n
 	PyObject *span = argv[0];
 	if (!self->enabled)
 		Py_RETURN_NONE;
+	if (self->seen_forks != forks) { /* a child: the backend re-registers or restarts its ring for this pid */
+		self->seen_forks = forks;
+		PyObject *checked = PyObject_CallMethod(self->registration, "check_fork", NULL);
+		Py_XDECREF(checked);
+		PyErr_Clear();
+	}
 	long generation;
 	PyObject *ring = current_ring(self, &generation);
 	if (ring == NULL) {
@@ -874,6 +892,37 @@ static PyTypeObject HooksType = {
 	.tp_new = PyType_GenericNew,
 };
 
+/* ---------------------------------------------------------------- thread contexts */
+
+/* {threading ident: contextvars.Context} of this interpreter's threads that have one.
+ * Blame's rare path (a span with long waits) finds there the span the thread that held
+ * the GIL is in; nothing of this runs per span. Called with the GIL held. */
+static PyObject *thread_contexts(PyObject *module, PyObject *unused)
+{
+	PyObject *out = PyDict_New();
+	if (out == NULL)
+		return NULL;
+	PyInterpreterState *interp = PyThreadState_GetInterpreter(PyThreadState_Get());
+	for (PyThreadState *t = PyInterpreterState_ThreadHead(interp); t != NULL; t = PyThreadState_Next(t)) {
+		if (t->context == NULL)
+			continue;
+		PyObject *ident = PyLong_FromUnsignedLong(t->thread_id);
+		if (ident == NULL || PyDict_SetItem(out, ident, t->context)) {
+			Py_XDECREF(ident);
+			Py_DECREF(out);
+			return NULL;
+		}
+		Py_DECREF(ident);
+	}
+	return out;
+}
+
+static PyMethodDef module_methods[] = {
+	{"thread_contexts", thread_contexts, METH_NOARGS,
+	 "{threading ident: contextvars.Context} of the interpreter's threads (for blame: whose span held the GIL)."},
+	{NULL},
+};
+
 /* ---------------------------------------------------------------- module */
 
 static int intern_all(void)
@@ -904,6 +953,7 @@ static struct PyModuleDef fastspan_module = {
 	.m_name = "otel_gil._fastspan",
 	.m_doc = "The common case of otel_gil.spans' hooks, in C.",
 	.m_size = -1,
+	.m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__fastspan(void)
@@ -911,6 +961,10 @@ PyMODINIT_FUNC PyInit__fastspan(void)
 	if (intern_all() || PyType_Ready(&StartType) || PyType_Ready(&HooksType) || PyType_Ready(&EndMethodType) ||
 	    PyType_Ready(&RatioCounterType))
 		return NULL;
+	if (pthread_atfork(NULL, NULL, count_fork) != 0) {
+		PyErr_SetString(PyExc_OSError, "pthread_atfork failed");
+		return NULL;
+	}
 	PyObject *m = PyModule_Create(&fastspan_module);
 	if (m == NULL)
 		return NULL;

@@ -6,12 +6,12 @@
  * finds the ELF object that holds the interpreter (dl_iterate_phdr), swaps those
  * GOT entries for the wrappers below, and learns the GIL's two condition
  * variables from a Py_BEGIN/END_ALLOW_THREADS of its own. From then on the
- * wrappers do what collector/gil.bpf.c does, with the same anchors and meaning
- * (design.md), into the same layout (collector/gil_layout.h), in this
- * process's own memory:
+ * wrappers run the collector's event logic (collector/gil_writer.h, the same
+ * code its BPF program compiles) into the same layout (collector/gil_layout.h),
+ * in this process's own memory:
  *   pthread_cond_signal(&gil->cond)         a release (drop_gil, even inlined)
  *   pthread_cond_signal(&gil->switch_cond)  an acquisition (take_gil)
- *   pthread_cond_timedwait(&gil->cond)      a contended wait starts
+ *   pthread_cond_timedwait(&gil->cond)      a contended wait, each call of it
  *   pthread key destructor                  a thread exits: fold its figures
  * The wrappers then call the real function, taken from dlsym(RTLD_DEFAULT):
  * never the saved GOT value, which on lazy-binding builds is a PLT stub whose
@@ -60,7 +60,7 @@ typedef int (*timedwait_fn)(pthread_cond_t *, pthread_mutex_t *, const struct ti
 
 /* ------------------------------------------------------------ the ring */
 
-static char *ring;      /* header entry, then nslots slots; allocated once, never freed */
+static char *ring;      /* header entry, nslots slots, the hold log; allocated once, never freed */
 static size_t ring_size;
 static uint32_t nslots;
 
@@ -102,20 +102,29 @@ static inline uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
-/* Seqlock writer steps: odd while the slot is being written. Only the owner
- * thread writes its slot, so a plain increment is safe; the fences order the
- * data stores between the two increments for a reader on another core. */
-static inline void seq_begin(struct gil_slot *s)
+/* One seqlock step: odd while the slot is being written. Only the owner thread
+ * writes its slot, so a plain increment is safe; the fences order the slot's
+ * data stores against it for a reader on another core. */
+static inline void seq_bump(struct gil_slot *s)
 {
+	__atomic_thread_fence(__ATOMIC_RELEASE);
 	__atomic_store_n(&s->seq, s->seq + 1, __ATOMIC_RELAXED);
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 }
 
-static inline void seq_end(struct gil_slot *s)
+static inline struct gil_hold_page *hold_page(void *slots, unsigned page)
 {
-	__atomic_thread_fence(__ATOMIC_RELEASE);
-	__atomic_store_n(&s->seq, s->seq + 1, __ATOMIC_RELAXED);
+	(void)slots;
+	return (struct gil_hold_page *)(ring + (size_t)(1 + nslots + page) * sizeof(struct gil_slot));
 }
+
+/* The event logic both writers share, on this side's primitives. */
+#define GIL_INLINE static inline __attribute__((always_inline))
+#define GIL_SEQ_BUMP(s) seq_bump(s)
+#define GIL_HOLD_PAGE(slots, i) hold_page(slots, i)
+#define GIL_LOG2(x) (63 - __builtin_clzll(x))
+#define GIL_PUBLISH(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#include "gil_writer.h"
 
 /* tid and flags share one 8-byte word: the slot is free while both are 0. */
 static inline uint64_t *owner_word(struct gil_slot *s) { return (uint64_t *)&s->tid; }
@@ -135,12 +144,7 @@ static struct gil_slot *claim(pid_t tid)
 		if (__atomic_load_n(&s->tid, __ATOMIC_RELAXED) == 0 &&
 		    __atomic_compare_exchange_n(owner_word(s), &free_word, (uint64_t)(uint32_t)tid, 0, __ATOMIC_ACQ_REL,
 						__ATOMIC_RELAXED)) {
-			seq_begin(s);
-			s->wait_ns = s->hold_ns = s->acquisitions = s->convoy_waits = 0;
-			s->long_waits = s->long_holds = 0;
-			s->wait_start_ns = s->acquired_ns = 0;
-			memset(s->hist, 0, sizeof(s->hist));
-			seq_end(s);
+			gil_slot_reset(s);
 			return s;
 		}
 	}
@@ -164,73 +168,14 @@ static inline struct gil_slot *my_slot(void)
 	if (me.slot != NULL) {
 		struct gil_slot *s = me.slot;
 		if (s->wait_start_ns || s->acquired_ns) {
-			seq_begin(s);
+			seq_bump(s);
 			s->wait_start_ns = s->acquired_ns = 0;
-			seq_end(s);
+			s->flags = 0;
+			seq_bump(s);
 		}
 		pthread_setspecific(exit_key, s);
 	}
 	return me.slot;
-}
-
-static void on_release(uint64_t now)
-{
-	struct gil_slot *s = my_slot();
-	if (s == NULL)
-		return;
-	struct gil_header *h = header();
-	seq_begin(s);
-	if (s->acquired_ns) {
-		uint64_t hold = now - s->acquired_ns;
-		s->hold_ns += hold;
-		if (hold >= h->long_hold_ns) {
-			struct gil_long_hold *lh = &s->hold_ring[s->long_holds % GIL_RING_LEN];
-			lh->start_ns = s->acquired_ns;
-			lh->end_ns = now;
-			s->long_holds++;
-		}
-		s->acquired_ns = 0;
-	}
-	seq_end(s);
-	h->last_release_tid = (uint32_t)me.tid;
-}
-
-static void on_acquire(uint64_t now)
-{
-	struct gil_slot *s = my_slot();
-	if (s == NULL)
-		return;
-	struct gil_header *h = header();
-	seq_begin(s);
-	if (s->wait_start_ns) {
-		uint64_t wait = now - s->wait_start_ns;
-		unsigned bucket = 63 - (unsigned)__builtin_clzll(wait | 1);
-		s->hist[bucket < GIL_HIST_BUCKETS ? bucket : GIL_HIST_BUCKETS - 1]++;
-		s->wait_ns += wait;
-		if (wait >= h->convoy_ns)
-			s->convoy_waits++;
-		if (wait >= h->long_wait_ns) {
-			struct gil_long_wait *lw = &s->ring[s->long_waits % GIL_RING_LEN];
-			lw->start_ns = s->wait_start_ns;
-			lw->end_ns = now;
-			lw->blocker_tid = h->last_release_tid;
-			s->long_waits++;
-		}
-		s->wait_start_ns = 0;
-	}
-	s->acquisitions++;
-	s->acquired_ns = now;
-	seq_end(s);
-}
-
-static void on_wait(uint64_t now)
-{
-	struct gil_slot *s = my_slot();
-	if (s == NULL || s->wait_start_ns)
-		return;
-	seq_begin(s);
-	s->wait_start_ns = now;
-	seq_end(s);
 }
 
 /* A thread exits (pthread key destructor): free its slot, then fold its figures
@@ -241,9 +186,9 @@ static void on_thread_exit(void *value)
 	if (s == NULL || ring == NULL || s != me.slot || me.epoch != epoch || s->tid != (uint32_t)me.tid)
 		return; /* a slot from before a fork or an install: not this thread's any more */
 	uint64_t wait = s->wait_ns, hold = s->hold_ns, acquisitions = s->acquisitions, convoy = s->convoy_waits;
-	seq_begin(s);
+	seq_bump(s);
 	__atomic_store_n(owner_word(s), 0, __ATOMIC_RELEASE);
-	seq_end(s);
+	seq_bump(s);
 	me.slot = NULL;
 	struct gil_header *h = header();
 	__atomic_fetch_add(&h->exited_wait_ns, wait, __ATOMIC_RELAXED);
@@ -263,12 +208,13 @@ static void learn(pthread_cond_t *cond)
 
 static int hook_cond_signal(pthread_cond_t *cond)
 {
+	struct gil_slot *s;
 	if (cond == gil_cond) {
-		if (active)
-			on_release(now_ns());
+		if (active && (s = my_slot()) != NULL)
+			gil_on_release(ring, header(), s, (__u32)me.tid, now_ns());
 	} else if (cond == switch_cond) {
-		if (active)
-			on_acquire(now_ns());
+		if (active && (s = my_slot()) != NULL)
+			gil_on_acquire(header(), s, (__u32)me.tid, now_ns());
 	} else if (__builtin_expect(learner != 0, 0)) {
 		learn(cond);
 	}
@@ -277,8 +223,9 @@ static int hook_cond_signal(pthread_cond_t *cond)
 
 static int hook_cond_timedwait(pthread_cond_t *cond, pthread_mutex_t *mutex, const struct timespec *abstime)
 {
-	if (cond == gil_cond && active)
-		on_wait(now_ns());
+	struct gil_slot *s;
+	if (cond == gil_cond && active && (s = my_slot()) != NULL)
+		gil_on_wait(header(), s, now_ns());
 	return real_timedwait(cond, mutex, abstime);
 }
 
@@ -427,9 +374,10 @@ static void after_fork_child(void)
 	memset(ring + sizeof(struct gil_slot), 0, ring_size - sizeof(struct gil_slot));
 	struct gil_header *h = header();
 	h->pid = (uint32_t)getpid();
-	h->last_release_tid = 0;
+	h->last_release_tid = h->holder_tid = 0;
 	h->slot_overflows = h->exited_threads = 0;
 	h->exited_wait_ns = h->exited_hold_ns = h->exited_acquisitions = h->exited_convoy_waits = 0;
+	h->held_total_ns = h->holds_written = h->acquisitions_total = h->last_acquired_ns = h->drop_request = 0;
 	epoch++;
 }
 
@@ -439,7 +387,7 @@ static PyObject *Unsupported;
 
 static int allocate(uint32_t slots)
 {
-	size_t size = (size_t)(slots + 1) * sizeof(struct gil_slot);
+	size_t size = (size_t)(slots + 1 + GIL_HOLD_PAGES) * sizeof(struct gil_slot); /* header, slots, hold log */
 	void *memory = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (memory == MAP_FAILED) {
 		PyErr_SetFromErrno(PyExc_OSError);
@@ -454,6 +402,7 @@ static int allocate(uint32_t slots)
 	h->clock_id = CLOCK_MONOTONIC;
 	h->pid = (uint32_t)getpid();
 	h->cond_stride = COND_STRIDE;
+	h->hold_record_ns = GIL_HOLD_RECORD_NS;
 	return 0;
 }
 
@@ -550,9 +499,11 @@ static PyObject *install(PyObject *module, PyObject *args, PyObject *kwds)
 	active = 1;
 	struct gil_slot *mine = my_slot(); /* this thread holds the GIL from now on */
 	if (mine != NULL) {
-		seq_begin(mine);
+		seq_bump(mine);
 		mine->acquired_ns = now_ns();
-		seq_end(mine);
+		seq_bump(mine);
+		header()->holder_tid = (__u32)me.tid;
+		header()->last_acquired_ns = mine->acquired_ns;
 	}
 	return Py_BuildValue("(kn)", (unsigned long)(uintptr_t)ring, (Py_ssize_t)ring_size);
 }

@@ -34,6 +34,9 @@ class Backend(Protocol):
 
     def stop(self) -> None: ...
 
+    def check_fork(self) -> None:
+        """After a fork by any caller (Python's at-fork hooks run only for os.fork): set up for this pid."""
+
 
 def requested(kind: Optional[str] = None) -> str:
     """The backend asked for (argument, else ``$OTEL_GIL_BACKEND``, else auto)."""

@@ -60,6 +60,7 @@ class Registration:
         self._stop = threading.Event()
         self._sock: Optional[socket.socket] = None
         self._thread: Optional[threading.Thread] = None
+        self._pid = os.getpid()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._after_fork)
 
@@ -82,8 +83,14 @@ class Registration:
                 pass
         self._set(None, PENDING, "")
 
+    def check_fork(self) -> None:
+        """A child of a fork made by C code (uWSGI's workers) ran no at-fork hook: do it now."""
+        if os.getpid() != self._pid:
+            self._after_fork()
+
     def _after_fork(self) -> None:
         # The child has the parent's socket and ring but not its thread, and a new pid.
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         if self._sock is not None:
             self._sock.close()  # only the child's copy: the parent's connection stays up

@@ -41,6 +41,7 @@ class InProcess:
         self.status = PENDING
         self.detail = ""
         self.generation = 0  # bumped whenever the ring or the pid changes, so cached slot indexes expire
+        self._pid = os.getpid()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._after_fork)
 
@@ -80,6 +81,11 @@ class InProcess:
         self.generation += 1
         log.warning("otel-gil: no GIL figures (%s): %s", status, detail)
 
+    def check_fork(self) -> None:
+        if os.getpid() != self._pid:
+            self._after_fork()
+
     def _after_fork(self) -> None:
         # The C side started the ring afresh for the child (same address); thread ids changed.
+        self._pid = os.getpid()
         self.generation += 1

@@ -1,6 +1,6 @@
 """Pre-fork servers: every gunicorn worker gets its own figures after fork (re-registered
 with the collector, or its in-process ring started afresh), sync and gthread workers,
-with and without --preload."""
+with and without --preload; the slowest requests name the GIL hog as their top blocker."""
 
 import os
 
@@ -38,3 +38,17 @@ def test_every_worker_reports_figures(app, collector, backend, framework, server
         log = collector.log_text()
         for pid in workers:
             assert f"pid {pid} (uid 0) registered" in log
+
+
+def test_the_slowest_requests_name_the_hog_as_top_blocker(app, backend):
+    """gthread workers serve requests on several threads: the last thread to hand them the GIL
+    is often another request, but the one that held it longest is the metrics-collector."""
+    svc = app("flask", "gthread", "flask-gunicorn-blame", workers=1, hog=True)
+    drive(svc.address, "/io", 80, concurrency=4)
+    spans = sorted(server_spans(f"flask-gunicorn-blame-{backend}", "GET /io", 80), key=lambda s: s["duration"], reverse=True)[:10]
+    tops = [s["tags"].get("gil.top_blocker.thread.name") for s in spans]
+    assert tops.count("metrics-collector") >= 9, tops
+    for s in spans:
+        tags = s["tags"]
+        if tags.get("gil.top_blocker.thread.name") == "metrics-collector":
+            assert 0 < tags["gil.top_blocker.hold_ms"] <= tags["gil.wait_ms"] + 0.01, tags

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from helpers import ROOT, within
+from helpers import ROOT, run_scenario, within
 
 CHECKS = ROOT / "tests" / "workloads" / "inprocess_checks.py"
 
@@ -90,3 +90,20 @@ def test_install_uninstall_cycles_under_load():
     assert 2 * report["iterations"] <= report["acquisitions"] <= 2 * report["iterations"] + 3, report  # + os.pipe/close
     assert report["stale_waits"] == [], "a wait open across an uninstall must not stay open"
     assert 0 < report["hold_ns"] and report["wait_ns"] < 0.5 * report["hold_ns"] + 5e6, report
+
+
+def test_a_fork_from_c_gives_the_child_its_own_figures(collector, backend):
+    """uWSGI forks its workers in C: no Python at-fork hook runs. The child's spans say
+    gil.status until its figures flow (collector: its own registration), then carry its own."""
+    report = run_scenario("cfork", collector.address, "--spans", "30", backend=backend)
+    child = report["truth"]["child"]
+    assert child["pid"] == report["truth"]["child_pid"] != report["pid"]
+    assert child["header_pid"] in (child["pid"], None if backend == "collector" else child["pid"])
+    spans = sorted(child["spans"], key=lambda s: s["start_ns"])
+    assert len(spans) == 30
+    measured = [s for s in spans if "gil.status" not in s["attributes"]]
+    assert [s["attributes"]["gil.status"] for s in spans if s not in measured] == ["pending"] * (30 - len(measured))
+    assert len(measured) >= 20 and spans[-1] in measured, [s["attributes"].get("gil.status") for s in spans]
+    for s in measured:  # the child's own figures, never the parent's slots or a zero
+        a = s["attributes"]
+        assert within(a["gil.hold_ms"], a["truth.hold_ns"] / 1e6, abs_ms=0.5), a

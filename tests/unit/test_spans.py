@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_gil import ring as ringlib
 from otel_gil import spans
 from otel_gil.spans import GilSpanProcessor
-from synthetic import make_ring, record_wait, slot_for
+from synthetic import log_hold, make_ring, record_wait, slot_for
 
 
 @dataclass
@@ -24,6 +24,9 @@ class FakeRegistration:
     ring: Optional[ringlib.Ring]
     status: str = "ok"
     generation: int = 1
+
+    def check_fork(self) -> None:
+        pass
 
 
 def processor(reg, metrics=None, *, fast: bool) -> GilSpanProcessor:
@@ -118,6 +121,50 @@ def test_long_waits_inside_the_span_become_events(setup):
     assert event.attributes["gil.blocker.thread.name"] == "metrics-hog"
     assert event.attributes["gil.blocker.thread.id"] == blocker.native_id
     assert span.start_time <= event.timestamp <= span.end_time
+
+
+def test_long_waits_blame_the_threads_that_held_the_gil_by_time(setup):
+    """The last releaser (a peer that held it 0.2 ms) is not the blocker: the thread
+    that held the GIL longest during the wait is, and the span's top blocker sums its waits."""
+    tracer, _, ring, exporter = setup
+    s = my_slot(ring)
+    release, in_span = threading.Event(), threading.Event()
+
+    def report() -> None:
+        with tracer.start_as_current_span("GET /report"):
+            in_span.set()
+            release.wait()
+
+    hog = threading.Thread(target=report, name="metrics-hog")
+    peer = threading.Thread(target=release.wait, name="peer")
+    hog.start(), peer.start()
+    in_span.wait()
+    with tracer.start_as_current_span("io"):
+        t = time.monotonic_ns()
+        log_hold(ring, hog.native_id, t - 1_000_000, t + 4_000_000)  # began before the wait
+        log_hold(ring, peer.native_id, t + 4_100_000, t + 4_300_000)
+        record_wait(s, t, t + 4_400_000, blocker=peer.native_id, held_ns=4_250_000, forced=True)
+        log_hold(ring, hog.native_id, t + 5_000_000, t + 7_000_000)
+        record_wait(s, t + 4_900_000, t + 7_100_000, blocker=hog.native_id, held_ns=2_050_000)
+        time.sleep(0.01)
+    release.set()
+    hog.join(), peer.join()
+    span, report_span = exporter.get_finished_spans()  # io ended first
+    first, second = (e.attributes for e in span.events)
+    # What the hog was doing: the span it has been in since before the wait.
+    assert first["gil.blocker.span.name"] == "GET /report"
+    assert first["gil.blocker.span_id"] == f"{report_span.context.span_id:016x}"
+    assert first["gil.blocker.thread.name"] == "metrics-hog" and first["gil.blocker.thread.id"] == hog.native_id
+    assert first["gil.blocker.hold_ms"] == 4.0  # its part inside the wait only
+    assert list(first["gil.blockers.thread.name"]) == ["metrics-hog", "peer"]
+    assert list(first["gil.blockers.hold_ms"]) == [4.0, 0.2]
+    assert first["gil.blockers.unrecorded_ms"] == 0.05  # 4.25 held, 4.2 of it logged
+    assert first["gil.handoff_ms"] == 0.15
+    assert first["gil.wait.forced_switch"] is True
+    assert "gil.wait.forced_switch" not in second and second["gil.blocker.hold_ms"] == 2.0
+    assert span.attributes["gil.top_blocker.thread.name"] == "metrics-hog"
+    assert span.attributes["gil.top_blocker.thread.id"] == hog.native_id
+    assert span.attributes["gil.top_blocker.hold_ms"] == 6.0
 
 
 def test_no_collector_sets_status_and_no_figures(setup):
