@@ -41,7 +41,8 @@ build() {  # NAME DIR
     done
 }
 
-recipe=$(sha256sum <"$0" | cut -c1-12)
+# A tree is rebuilt when what makes it changes (the functions above, the packages, the mirror).
+recipe=$({ declare -f pythons build; echo "${deps[*]} $mirror"; } | sha256sum | cut -c1-12)
 mkdir -p "$cache"
 exec 9>"$cache/.lock"
 flock 9
@@ -56,7 +57,7 @@ for name in "$@"; do
         mv "$dir.tmp" "$dir"
         echo "rootfs.sh: $name built in $((SECONDS - start)) s" >&2
         for old in "$cache/$name"-*; do  # trees of older recipes (never into a mount left in one)
-            [ "$old" = "$dir" ] || rm -rf --one-file-system "$old"
+            [ "$old" = "$dir" ] || rm -rf --one-file-system "$old" || echo "rootfs.sh: $old left (in use?)" >&2
         done
     fi
     echo "$dir"

@@ -20,7 +20,7 @@ signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
 pipes = [os.pipe(), os.pipe()]
 truth = {"hog_hold_ns": 0, "io_wait_ns": [0, 0], "tids": {}, "bursts": []}  # bursts: [start, end] monotonic ns
 # threading names by role: one past /proc's 15 characters and not ASCII (each string layout is read)
-NAMES = {"hog": "gil-hog", "io-0": "io-0", "io-1": "io-1: ünïcode 名前, longer than /proc's 15"}
+NAMES = {"hog": "gil-hog", "io-0": "io-0", "io-1": "io-1-ünïcode-名前-longer-than-15"}
 BURSTS, BURST_US = int(sys.argv[1]) if len(sys.argv) > 1 else 10, 50_000
 done = threading.Event()
 forever = threading.Event()  # threads stay alive (and keep their slots) until the process is killed
