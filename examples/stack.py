@@ -100,7 +100,9 @@ def start_jaeger(log: Path, timeout: float = 60) -> Service:
 
 
 def app_command(framework: str, server: str, port: int, workers: int = 2, preload: bool = False) -> tuple[list[str], Path]:
-    """(argv, cwd) of an example app under opentelemetry-instrument. server: dev, sync or gthread."""
+    """(argv, cwd) of an example app under opentelemetry-instrument. server: dev, sync or gthread
+    (gunicorn), or uwsgi (pre-fork in C: --master, 2 threads per worker; ``preload=False`` adds
+    --lazy-apps, the app loaded in each worker)."""
     instrument = [str(BIN / "opentelemetry-instrument")]
     bind = f"127.0.0.1:{port}"
     if server == "dev":
@@ -109,6 +111,10 @@ def app_command(framework: str, server: str, port: int, workers: int = 2, preloa
         return instrument + [sys.executable, "manage.py", "runserver", "--noreload", bind], EXAMPLES / "django_app"
     target = {"flask": "app:app", "django": "gilsite.wsgi"}[framework]
     cwd = EXAMPLES / ("flask_app" if framework == "flask" else "django_app")
+    if server == "uwsgi":
+        argv = instrument + [str(BIN / "uwsgi"), "--http-socket", bind, "--master", "--processes", str(workers),
+                             "--threads", "2", "--enable-threads", "--die-on-term", "--module", target]
+        return argv + ([] if preload else ["--lazy-apps"]), cwd
     argv = instrument + [str(BIN / "gunicorn"), "-b", bind, "-w", str(workers), "-k", server, "--threads", "4"]
     return argv + (["--preload"] if preload else []) + [target], cwd
 
