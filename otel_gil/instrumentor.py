@@ -9,6 +9,7 @@ from typing import Collection, Optional
 from opentelemetry import metrics, trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
+from otel_gil import threads
 from otel_gil.client import Registration
 from otel_gil.environment_variables import OTEL_GIL_LONG_WAIT_MS, OTEL_GIL_NO_EXTENSIONS, OTEL_GIL_REGISTER_TIMEOUT_S
 from otel_gil.metrics import GilMetrics
@@ -61,11 +62,13 @@ class GilInstrumentor(BaseInstrumentor):
         processor = GilSpanProcessor(registration, GilMetrics(registration, meter), fast=fast)
         provider.add_span_processor(processor)
         wrap_span_end(processor)
+        threads.watch_starts()  # metrics name a thread even if it exits between two reads
         GilInstrumentor._registration, GilInstrumentor._processor = registration, processor
         registration.wait(timeout)
 
     def _uninstrument(self, **kwargs) -> None:
         unwrap_span_end()
+        threads.unwatch_starts()
         if self._processor is not None:
             self._processor.enabled = False  # the SDK has no remove_span_processor
         if self._registration is not None:

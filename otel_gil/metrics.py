@@ -6,11 +6,16 @@ Instruments (OpenTelemetry names; Prometheus sees ``gil_wait_time_seconds_total`
 (attribute ``thread.name``), and the histogram ``gil.wait_ratio`` (``http.route``).
 The process's share of wall time waiting (can exceed 1, one thread each) is
 ``sum(rate(gil_wait_time_seconds_total[5m]))``; holding: the same with ``hold``.
+
+``thread.name`` stays bounded: the numbers CPython puts in default names are replaced by
+``N`` (``Thread-104 (process_request_thread)`` -> ``Thread-N (process_request_thread)``),
+and past :data:`MAX_THREAD_NAMES` names new ones go to ``(other threads)``.
 """
 
 from __future__ import annotations
 
 import collections
+import re
 import threading
 import time
 from typing import Iterable, Optional
@@ -24,7 +29,16 @@ from otel_gil.client import REGISTERED, Registration
 _FIELDS = ("wait_ns", "hold_ns", "acquisitions", "convoy_waits")
 _EXITED = ("exited_wait_ns", "exited_hold_ns", "exited_acquisitions", "exited_convoy_waits")
 EXITED_THREADS = "(exited threads)"
+OTHER_THREADS = "(other threads)"
+MAX_THREAD_NAMES = 100  # distinct thread.name values, besides the two buckets above
+# Names CPython numbers per thread: Thread-N, Thread-N (target), Dummy-N, ThreadPoolExecutor-N_N.
+_NUMBERED = re.compile(r"^(Thread|Dummy)-\d+(?= \(|$)|^(ThreadPoolExecutor)-\d+_\d+$")
 _RATIO_BUCKETS = (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)
+
+
+def normalize(name: str) -> str:
+    """``name`` without the per-thread number CPython put in it, if it is a default name."""
+    return _NUMBERED.sub(lambda m: f"{m[1]}-N" if m[1] else f"{m[2]}-N_N", name)
 
 
 def _reset(new: list[int], old: list[int]) -> bool:
@@ -38,9 +52,10 @@ class Totals:
     Live threads are read from their slots. A thread that exits takes with it what it
     added since the last read; the header's exited totals have it (the BPF side frees
     the slot first and counts the exit after, and the header is read before the slots,
-    so nothing is counted twice). It goes to that thread's name, or to
-    ``(exited threads)`` when several exits are folded at once. The sum over names
-    always equals the process's true total.
+    so nothing is counted twice). It goes to that thread's name (a thread started and
+    gone between two reads is known from ``started``), or to ``(exited threads)`` when
+    the exits folded at once were of threads of several names, or unknown ones. The
+    sum over names always equals the process's true total.
     """
 
     def __init__(self) -> None:
@@ -58,12 +73,20 @@ class Totals:
         for i, d in enumerate(delta):
             total[i] += d
 
-    def update(self, ring: ringlib.Ring, now_ns: int) -> None:
+    def _label(self, name: str) -> str:
+        """The bounded ``thread.name`` a thread's figures go to."""
+        name = normalize(name)
+        if name in self.by_name or len(self.by_name) < MAX_THREAD_NAMES:
+            return name
+        return OTHER_THREADS
+
+    def update(self, ring: ringlib.Ring, now_ns: int, started: Optional[dict[int, str]] = None) -> None:
+        """Read the ring; ``started``: threads started since the last update, by native id."""
         if ring is not self._ring:  # a new registration: new slots, new exited totals
             self._reset(ring)
         header = ring.header
         exited, exits = [getattr(header, f) for f in _EXITED], header.exited_threads
-        names = threads.names()
+        names = threads.live()
         live: dict[int, tuple[str, list[int]]] = {}
         for slot in ring.threads():
             c = ringlib.counters(slot, now_ns)
@@ -74,7 +97,7 @@ class Totals:
             else:  # first sight, or the tid now belongs to a new thread
                 if old is not None:
                     self._departed.append(old)
-                name, delta = threads.name(slot.tid, names) or str(slot.tid), values
+                name, delta = self._label(threads.name(slot.tid, names) or str(slot.tid)), values
             self._add(name, delta)
             live[slot.tid] = (name, values)
         self._departed.extend(self._seen.values())  # not seen any more: exited
@@ -83,7 +106,10 @@ class Totals:
         gone = [self._departed.popleft() for _ in range(min(folded, len(self._departed)))]
         remainder = [max(e - p - sum(g[1][i] for g in gone), 0) for i, (e, p) in enumerate(zip(exited, self._exited))]
         if any(remainder):
-            self._add(gone[0][0] if folded == len(gone) == 1 else EXITED_THREADS, remainder)
+            unseen = [self._label(n) for tid, n in (started or {}).items() if tid not in live and tid not in names]
+            labels = {g[0] for g in gone} | set(unseen)
+            known = folded - len(gone) <= len(unseen) and len(labels) == 1
+            self._add(labels.pop() if known else EXITED_THREADS, remainder)
         self._exited, self._exits = exited, exits
 
 
@@ -113,7 +139,7 @@ class GilMetrics:
         with self._lock:
             ring = self._registration.ring
             if ring is not None and self._registration.status == REGISTERED:
-                self._totals.update(ring, time.monotonic_ns())
+                self._totals.update(ring, time.monotonic_ns(), threads.take_starts())
 
     def _callback(self, index: int, scale: float):
         def observe(options: CallbackOptions) -> Iterable[Observation]:

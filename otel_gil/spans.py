@@ -105,14 +105,12 @@ def figures(
     they are counted too; shorter waits and holds there are not visible.
     """
     thread = threading.current_thread()
-    attrs: dict = {"thread.name": thread.name}
+    attrs: dict = {"thread.name": thread.name, "thread.id": thread.ident}
     reg, ring = start.registration, start.ring
     if ring is None:
         attrs["gil.status"] = start.status
-        attrs["thread.id"] = start.tid
         return attrs, []
     cache = _thread_tid(start.generation)
-    attrs["thread.id"] = cache[1]
     if cache[1] != start.tid:
         attrs["gil.status"] = CROSS_THREAD
         return attrs, []
@@ -133,7 +131,7 @@ def figures(
         dropped = long_waits1 - long_waits0 - ringlib.RING_LEN
         if dropped > 0:
             attrs["gil.long_waits_dropped"] = dropped
-        names = threads.names()
+        live = threads.live()
         wall_minus_mono = start.wall_ns - start.mono_ns
         for w in waits:
             if w.start_ns < start.mono_ns - gap or w.end_ns > now:
@@ -143,10 +141,13 @@ def figures(
                 wait += length
                 acquisitions += 1
                 convoy += length >= ring.header.convoy_ns
-            event = {"gil.wait_ms": round(length / 1e6, 3), "gil.blocker.thread.id": w.blocker_tid}
-            blocker = threads.name(w.blocker_tid, names)
-            if blocker is not None:
-                event["gil.blocker.thread.name"] = blocker
+            event = {"gil.wait_ms": round(length / 1e6, 3), "gil.blocker.thread.native_id": w.blocker_tid}
+            blocker = live.get(w.blocker_tid)
+            if blocker is not None and blocker.ident is not None:  # a Python thread: its thread.id
+                event["gil.blocker.thread.id"] = blocker.ident
+            name = threads.name(w.blocker_tid, live)
+            if name is not None:
+                event["gil.blocker.thread.name"] = name
             events.append(("gil.wait", event, w.start_ns + wall_minus_mono))
     duration = max(span_end_ns - span_start_ns, now - start.mono_ns, 1)
     attrs.update(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from contextlib import contextmanager
@@ -83,9 +84,36 @@ def test_figures_are_the_difference_over_the_span(setup):
     duration_ms = (span.end_time - span.start_time) / 1e6
     assert a["gil.wait_ratio"] == pytest.approx(12 / duration_ms, rel=0.05)
     assert a["gil.hold_ratio"] == pytest.approx(4 / duration_ms, rel=0.05)
-    assert a["thread.id"] == threading.get_native_id()
     assert a["thread.name"] == threading.current_thread().name
     assert "gil.status" not in a
+
+
+def test_thread_id_is_the_managed_id_logs_carry(setup):
+    """Semantic conventions: ``thread.id`` is the managed id (``threading.get_ident()``), which
+    is also what a ``logging.LogRecord`` of the same thread has (``record.thread``)."""
+    tracer, reg, ring, exporter = setup
+    my_slot(ring)
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    log = logging.getLogger("test-thread-id")
+    log.addHandler(handler)
+
+    def traced() -> None:
+        with tracer.start_as_current_span("registered"):
+            log.warning("in the span")
+        reg.ring, reg.status = None, "no_collector"
+        with tracer.start_as_current_span("unregistered"):
+            pass
+
+    worker = threading.Thread(target=traced, name="worker")
+    worker.start()
+    worker.join()
+    log.removeHandler(handler)
+    ids = {span.name: span.attributes["thread.id"] for span in exporter.get_finished_spans()}
+    assert ids == {"registered": worker.ident, "unregistered": worker.ident}
+    assert [r.thread for r in records] == [worker.ident]
+    assert worker.ident != worker.native_id
 
 
 def test_open_hold_counts_up_to_span_end(setup):
@@ -116,7 +144,8 @@ def test_long_waits_inside_the_span_become_events(setup):
     assert event.name == "gil.wait"
     assert event.attributes["gil.wait_ms"] == 2.5
     assert event.attributes["gil.blocker.thread.name"] == "metrics-hog"
-    assert event.attributes["gil.blocker.thread.id"] == blocker.native_id
+    assert event.attributes["gil.blocker.thread.id"] == blocker.ident  # as that thread's spans have it
+    assert event.attributes["gil.blocker.thread.native_id"] == blocker.native_id
     assert span.start_time <= event.timestamp <= span.end_time
 
 
