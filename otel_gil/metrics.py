@@ -67,6 +67,8 @@ class Totals:
         self._seen: dict[int, tuple[str, list[int]]] = {}  # tid -> (name, values last read)
         self._departed: collections.deque[tuple[str, list[int]]] = collections.deque()
         self._exited, self._exits = [0, 0, 0, 0], 0
+        self._recent: dict[int, str] = {}  # the previous update's started threads
+        self._unnamed: set[int] = set()  # tids whose slots the previous update left for later
 
     def _add(self, name: str, delta: list[int]) -> None:
         total = self.by_name.setdefault(name, [0, 0, 0, 0])
@@ -80,14 +82,28 @@ class Totals:
             return name
         return OTHER_THREADS
 
+    def _name(self, tid: int, live: dict[int, threading.Thread], started: dict[int, str], fallback: bool) -> Optional[str]:
+        """A thread's label: its ``threading`` name, or the one it started with (it left
+        ``threading.enumerate()``: it is exiting). A thread that takes the GIL before
+        ``threading`` knows its id (it is starting) gets None, unless ``fallback``: its
+        kernel name, else its id."""
+        thread = live.get(tid)
+        name = thread.name if thread is not None else started.get(tid)
+        if name is None and fallback:
+            name = threads.name(tid, live) or str(tid)
+        return None if name is None else self._label(name)
+
     def update(self, ring: ringlib.Ring, now_ns: int, started: Optional[dict[int, str]] = None) -> None:
         """Read the ring; ``started``: threads started since the last update, by native id."""
         if ring is not self._ring:  # a new registration: new slots, new exited totals
             self._reset(ring)
+        # A start logged just before the previous read may belong to a thread first seen now.
+        started, self._recent = {**self._recent, **(started or {})}, started or {}
         header = ring.header
         exited, exits = [getattr(header, f) for f in _EXITED], header.exited_threads
         names = threads.live()
         live: dict[int, tuple[str, list[int]]] = {}
+        unnamed: set[int] = set()
         for slot in ring.threads():
             c = ringlib.counters(slot, now_ns)
             values = [c.wait_ns, c.hold_ns, c.acquisitions, c.convoy_waits]
@@ -97,16 +113,19 @@ class Totals:
             else:  # first sight, or the tid now belongs to a new thread
                 if old is not None:
                     self._departed.append(old)
-                name, delta = self._label(threads.name(slot.tid, names) or str(slot.tid)), values
+                name, delta = self._name(slot.tid, names, started, slot.tid in self._unnamed), values
+                if name is None:  # starting: not yet in threading.enumerate(); named at the next read
+                    unnamed.add(slot.tid)
+                    continue
             self._add(name, delta)
             live[slot.tid] = (name, values)
         self._departed.extend(self._seen.values())  # not seen any more: exited
-        self._seen = live
+        self._seen, self._unnamed = live, unnamed
         folded = exits - self._exits
         gone = [self._departed.popleft() for _ in range(min(folded, len(self._departed)))]
         remainder = [max(e - p - sum(g[1][i] for g in gone), 0) for i, (e, p) in enumerate(zip(exited, self._exited))]
         if any(remainder):
-            unseen = [self._label(n) for tid, n in (started or {}).items() if tid not in live and tid not in names]
+            unseen = [self._label(n) for tid, n in started.items() if tid not in live and tid not in names]
             labels = {g[0] for g in gone} | set(unseen)
             known = folded - len(gone) <= len(unseen) and len(labels) == 1
             self._add(labels.pop() if known else EXITED_THREADS, remainder)

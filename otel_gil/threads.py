@@ -9,7 +9,7 @@ from typing import Optional
 import wrapt
 
 _MAX_STARTS = 4096  # bounds the log when no metric reader drains it
-_starts: dict[int, str] = {}  # native id -> name of threads started since take_starts()
+_starts: list[threading.Thread] = []  # threads started since take_starts()
 
 
 def live() -> dict[int, threading.Thread]:
@@ -31,10 +31,15 @@ def name(tid: int, known: dict[int, threading.Thread]) -> Optional[str]:
 
 
 def _log_start(wrapped, instance: threading.Thread, args, kwargs):
-    result = wrapped(*args, **kwargs)  # returns once the thread runs: its native id is known
-    if instance.native_id is not None and len(_starts) < _MAX_STARTS:
-        _starts[instance.native_id] = instance.name
-    return result
+    # Logged before it runs: a reader that sees the thread's slot finds its name already.
+    if len(_starts) < _MAX_STARTS:
+        _starts.append(instance)
+    try:
+        return wrapped(*args, **kwargs)
+    except BaseException:
+        if instance in _starts:
+            _starts.remove(instance)
+        raise
 
 
 def watch_starts() -> None:
@@ -52,7 +57,14 @@ def unwatch_starts() -> None:
 
 
 def take_starts() -> dict[int, str]:
-    """Names of the threads started since the last call, by native id (then forgets them)."""
+    """Names of the threads started since the last call, by native id (then forgets them;
+    a thread not running yet is kept for the next call)."""
     global _starts
-    taken, _starts = _starts, {}
-    return taken
+    taken, _starts = _starts, []
+    started = {}
+    for thread in taken:
+        if thread.native_id is not None:
+            started[thread.native_id] = thread.name
+        elif len(_starts) < _MAX_STARTS:
+            _starts.append(thread)
+    return started

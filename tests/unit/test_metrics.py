@@ -32,11 +32,28 @@ def test_exit_remainder_goes_to_the_thread_that_left():
     ring, totals = make_ring(), metrics.Totals()
     s = slot_for(ring, 4242)
     s.wait_ns, s.acquisitions = 1000, 1
-    totals.update(ring, 0)
+    totals.update(ring, 0, started={4242: "flusher"})
     s.wait_ns, s.acquisitions = 1500, 2  # after the read, before the exit
     exit_thread(ring, s)
     totals.update(ring, 0)
-    assert totals.by_name == {"4242": [1500, 0, 2, 0]}
+    assert totals.by_name == {"flusher": [1500, 0, 2, 0]}
+
+
+def test_a_thread_threading_does_not_know_yet_is_named_at_the_next_read():
+    """A new thread takes the GIL before threading has its id: its first read waits for the name."""
+    ring, totals = make_ring(), metrics.Totals()
+    s = slot_for(ring, 4243)
+    s.hold_ns = 100
+    totals.update(ring, 0)
+    assert totals.by_name == {}
+    s.hold_ns = 300
+    totals.update(ring, 0, started={4243: "Thread-12 (process_request_thread)"})
+    assert totals.by_name == {"Thread-N (process_request_thread)": [0, 300, 0, 0]}
+    s = slot_for(ring, 4244)  # never named (not a threading thread): its id, one read later
+    s.hold_ns = 5
+    totals.update(ring, 0)
+    totals.update(ring, 0)
+    assert totals.by_name["4244"] == [0, 5, 0, 0]
 
 
 def test_reused_tid_is_a_new_thread_and_nothing_is_counted_twice():

@@ -89,6 +89,16 @@ def hog_and_victim(tracer, args) -> dict:
     for t in threads:
         t.join()
     truth["metrics_exited"] = read_metrics()
+
+    def flusher() -> None:  # lives and exits between two reads
+        t0 = time.monotonic_ns()
+        _gil_holding_libc.usleep(args.burst_ms * 1000)
+        truth["flusher_hold_ns"] = time.monotonic_ns() - t0
+
+    flush = threading.Thread(target=flusher, name="flusher")
+    flush.start()
+    flush.join()
+    truth["metrics_flushed"] = read_metrics()
     return truth
 
 
