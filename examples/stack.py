@@ -181,10 +181,15 @@ def start_app(
         "DJANGO_SETTINGS_MODULE": "gilsite.settings",
         "PYTHONPATH": str(ROOT),
     }
+    return start_web(f"{framework}/{server}", argv, cwd, env, port, log, timeout)
+
+
+def start_web(name: str, argv: list[str], cwd: Path, env: dict, port: int, log: Path, timeout: float = 60) -> Service:
+    """A web app on 127.0.0.1:``port``, up once its /health answers."""
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    return _wait(Service(f"{framework}/{server}", proc, log, url), lambda: _http_ok(f"{url}/health"), timeout)
+    return _wait(Service(name, proc, log, url), lambda: _http_ok(f"{url}/health"), timeout)
 
 
 def jaeger_spans(service: str, operation: Optional[str] = None, limit: int = 2000) -> list[dict]:
