@@ -15,7 +15,7 @@ SDK_MIN := opentelemetry-api==1.30.0 opentelemetry-sdk==1.30.0 opentelemetry-ins
 host:
 	$(SUDO) scripts/setup-host.sh
 
-$(PY): pyproject.toml setup.py otel_gil/_fastspan.c collector/gil_layout.h
+$(PY): pyproject.toml setup.py otel_gil/_fastspan.c otel_gil/_inprocess.c collector/gil_layout.h collector/gil_writer.h
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from otel_gil import blame as blamelib
 from otel_gil import ring as ringlib
 
 LONG_NS = 1_000_000  # a hold or wait this long is drawn and listed one by one
@@ -91,6 +92,8 @@ class Attachment:
         self.start_ns = time.monotonic_ns()
         self.threads: dict[int, ThreadTrace] = {}
         self.present: set[int] = set()  # threads with a slot at the last poll
+        self.holds: list[ringlib.Hold] = []  # the process's hold log, as read so far
+        self.holds_lost = 0  # polls that found older holds already overwritten
         self._names_at = 0
         progress(f"attached to pid {pid} ({self.plan.interpreter}, take_gil found by {self.plan.located_by})")
 
@@ -134,4 +137,28 @@ class Attachment:
             t._seen_holds, t._seen_waits = slot.long_holds, slot.long_waits
             present.add(slot.tid)
         self.present = present
+        new, complete = self._traced.view.holds_since(self.holds[-1].end_ns if self.holds else 0)
+        self.holds += new
+        self.holds_lost += not complete and bool(self.holds)
         return now
+
+    def forget(self, before_ns: int) -> None:
+        """Drop the long holds and waits that ended before ``before_ns``, and the holds no kept
+        wait needs (a live view keeps only what it shows)."""
+        cutoff = before_ns
+        for t in self.threads.values():
+            t.holds = [h for h in t.holds if h[1] >= before_ns]
+            t.waits = [w for w in t.waits if w.end_ns >= before_ns]
+            cutoff = min([cutoff, *(w.start_ns for w in t.waits)])
+        self.holds = [h for h in self.holds if h.end_ns >= cutoff]
+
+    def waited_on(self, tid: int, since_ns: int = 0) -> list[tuple[int, int]]:
+        """(blocker tid, ns) for the long waits of ``tid`` that ended after ``since_ns``: which
+        threads held the GIL while it waited, by time held, most first."""
+        log = blamelib.HoldLog(self.holds)
+        total: dict[int, int] = {}
+        for w in self.threads[tid].waits:
+            if w.end_ns > since_ns:
+                for blocker, ns in log.blame(w).held_by:
+                    total[blocker] = total.get(blocker, 0) + ns
+        return sorted(total.items(), key=lambda item: item[1], reverse=True)

@@ -162,6 +162,7 @@ def app_command(framework: str, server: str, port: int, workers: int = 2, preloa
 def start_app(
     framework: str, server: str, port: int, service_name: str, socket_path: str, log: Path,
     hog: bool = True, workers: int = 2, preload: bool = False, metrics: bool = False, timeout: float = 60,
+    backend: str = "auto",
 ) -> Service:
     """An example app exporting spans to Jaeger and, with ``metrics``, metrics to Prometheus every second."""
     argv, cwd = app_command(framework, server, port, workers, preload)
@@ -177,6 +178,7 @@ def start_app(
         "OTEL_LOGS_EXPORTER": "none",
         "OTEL_BSP_SCHEDULE_DELAY": "200",
         "OTEL_GIL_SOCKET": socket_path,
+        "OTEL_GIL_BACKEND": backend,
         "EXAMPLE_GIL_HOG": "1" if hog else "0",
         "DJANGO_SETTINGS_MODULE": "gilsite.settings",
         "PYTHONPATH": str(ROOT),
@@ -192,9 +194,11 @@ def start_web(name: str, argv: list[str], cwd: Path, env: dict, port: int, log: 
     return _wait(Service(name, proc, log, url), lambda: _http_ok(f"{url}/health"), timeout)
 
 
-def jaeger_spans(service: str, operation: Optional[str] = None, limit: int = 2000) -> list[dict]:
-    """Spans of ``service`` from Jaeger's /api/traces, each with ``tags`` as a dict."""
+def jaeger_spans(service: str, operation: Optional[str] = None, limit: int = 2000, since_us: int = 0) -> list[dict]:
+    """Spans of ``service`` from Jaeger's /api/traces (started after ``since_us``, epoch µs), ``tags`` as a dict."""
     query = {"service": service, "limit": str(limit), "lookback": "1h"}
+    if since_us:
+        query["start"] = str(since_us)
     if operation:
         query["operation"] = operation
     with urllib.request.urlopen(f"{JAEGER_QUERY}/api/traces?{urllib.parse.urlencode(query)}", timeout=30) as resp:
@@ -208,11 +212,11 @@ def jaeger_spans(service: str, operation: Optional[str] = None, limit: int = 200
     return spans
 
 
-def wait_for_spans(service: str, operation: str, count: int, timeout: float = 30) -> list[dict]:
+def wait_for_spans(service: str, operation: str, count: int, timeout: float = 30, since_us: int = 0) -> list[dict]:
     """Poll Jaeger until ``count`` spans of ``operation`` arrived (exports are batched)."""
     deadline = time.monotonic() + timeout
     while True:
-        spans = jaeger_spans(service, operation)
+        spans = jaeger_spans(service, operation, since_us=since_us)
         if len(spans) >= count or time.monotonic() > deadline:
             return spans
         time.sleep(0.5)

@@ -31,7 +31,7 @@ _BACKOFF_S = (0.5, 30.0)
 _BUSY_RETRY_S = 0.05
 
 
-def _gil_enabled() -> bool:
+def gil_enabled() -> bool:
     """False on a free-threaded build running without its GIL (3.13+)."""
     is_enabled = getattr(sys, "_is_gil_enabled", None)
     return True if is_enabled is None else bool(is_enabled())
@@ -40,12 +40,15 @@ def _gil_enabled() -> bool:
 class Registration:
     """This process's link to the collector. ``ring`` is None unless ``status == "ok"``."""
 
+    kind = "collector"
+
     def __init__(
         self, socket_path: Optional[str] = None, long_wait_ns: int = 1_000_000, fork_wait_s: float = 2.0
     ) -> None:
         self.socket_path = socket_path or os.environ.get(OTEL_GIL_SOCKET) or DEFAULT_SOCKET
         self.long_wait_ns = long_wait_ns
         self.fork_wait_s = fork_wait_s  # a forked child waits this long for its own registration
+        self.quiet = False  # True while backend.start() only asks whether a collector answers
         self.ring: Optional[Ring] = None
         self.status = PENDING
         self.detail = ""
@@ -99,7 +102,7 @@ class Registration:
             self.ring = ring
             self.status, self.detail = status, detail
             self.generation += 1
-        if status != REGISTERED and status not in self._logged and status != PENDING:
+        if status != REGISTERED and status not in self._logged and status != PENDING and not self.quiet:
             self._logged.add(status)
             log.warning("otel-gil: no GIL figures (%s): %s", status, detail)
 
@@ -119,7 +122,7 @@ class Registration:
 
     def _attempt(self) -> bool:
         """One registration; True when retrying cannot help."""
-        if not _gil_enabled():
+        if not gil_enabled():
             self._set(None, protocol.GIL_DISABLED, "this interpreter runs without a GIL (free-threaded build)")
             return True
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)

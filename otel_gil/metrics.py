@@ -3,7 +3,11 @@ wait ratio of server spans per route (for quantile alerts).
 
 Instruments (OpenTelemetry names; Prometheus sees ``gil_wait_time_seconds_total``, ...):
 ``gil.wait.time`` and ``gil.hold.time`` (s), ``gil.acquisitions``, ``gil.convoy_waits``
-(attribute ``thread.name``), and the histogram ``gil.wait_ratio`` (``http.route``).
+(attribute ``thread.name``), and the distribution of server spans' wait ratio per
+``http.route`` as a cumulative histogram in Prometheus' classic shape:
+``gil.wait_ratio.bucket`` (attribute ``le``), ``gil.wait_ratio.count`` and ``gil.wait_ratio.sum``.
+The SDK's synchronous ``Histogram.record`` costs 8-16 µs, most of a span's own cost:
+:class:`WaitRatios` counts into buckets itself (well under a µs) and the counters are read at collection.
 The process's share of wall time waiting (can exceed 1, one thread each) is
 ``sum(rate(gil_wait_time_seconds_total[5m]))``; holding: the same with ``hold``.
 
@@ -14,6 +18,7 @@ and past :data:`MAX_THREAD_NAMES` names new ones go to ``(other threads)``.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import re
 import threading
@@ -24,7 +29,8 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from otel_gil import ring as ringlib
 from otel_gil import threads
-from otel_gil.client import REGISTERED, Registration
+from otel_gil.backend import Backend
+from otel_gil.client import REGISTERED
 
 _FIELDS = ("wait_ns", "hold_ns", "acquisitions", "convoy_waits")
 _EXITED = ("exited_wait_ns", "exited_hold_ns", "exited_acquisitions", "exited_convoy_waits")
@@ -33,7 +39,10 @@ OTHER_THREADS = "(other threads)"
 MAX_THREAD_NAMES = 100  # distinct thread.name values, besides the two buckets above
 # Names CPython numbers per thread: Thread-N, Thread-N (target), Dummy-N, ThreadPoolExecutor-N_N.
 _NUMBERED = re.compile(r"^(Thread|Dummy)-\d+(?= \(|$)|^(ThreadPoolExecutor)-\d+_\d+$")
-_RATIO_BUCKETS = (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)
+_RATIO_BUCKETS = (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)  # upper bounds (le); then +Inf
+_BUCKET_LABELS = tuple(str(b) for b in _RATIO_BUCKETS) + ("+Inf",)
+MAX_ROUTES = 200
+OTHER_ROUTES = "(other routes)"
 
 
 def normalize(name: str) -> str:
@@ -132,10 +141,57 @@ class Totals:
         self._exited, self._exits = exited, exits
 
 
+class WaitRatios:
+    """Server spans' wait ratios, counted per route into the buckets of ``_RATIO_BUCKETS``.
+
+    ``table`` maps a route to its row: the count of each bucket (not cumulative),
+    then the sum of the ratios. Routes beyond ``MAX_ROUTES`` are counted under
+    ``(other routes)``, so the label set stays bounded whatever the app names its
+    spans. ``counter(ratio, route)`` counts one span: in C where otel_gil._fastspan
+    was built (the C span hooks call it directly), else :meth:`_count` under a lock.
+    """
+
+    def __init__(self, fast: bool = True) -> None:
+        self.table: dict[str, list] = {}
+        self._lock = threading.Lock()
+        self.counter = self._count
+        if fast:
+            try:
+                from otel_gil import _fastspan
+
+                self.counter = _fastspan.RatioCounter(self.table, _RATIO_BUCKETS, MAX_ROUTES, OTHER_ROUTES)
+            except (ImportError, AttributeError):  # not built, or built before the counter existed
+                pass
+
+    def _count(self, ratio: float, route: str) -> None:
+        bucket = bisect.bisect_left(_RATIO_BUCKETS, ratio)
+        with self._lock:
+            row = self.table.get(route)
+            if row is None:
+                if len(self.table) >= MAX_ROUTES:
+                    route = OTHER_ROUTES
+                row = self.table.setdefault(route, [0] * len(_BUCKET_LABELS) + [0.0])
+            row[bucket] += 1
+            row[-1] += ratio
+
+    def rows(self) -> list[tuple[str, list[int], int, float]]:
+        """(route, cumulative bucket counts, count, sum) per route, consistent with each other."""
+        with self._lock:  # a row is copied whole (list() does not release the GIL)
+            snapshot = [(route, list(row)) for route, row in list(self.table.items())]
+        out = []
+        for route, row in snapshot:
+            cumulative, total = [], 0
+            for count in row[:-1]:
+                total += count
+                cumulative.append(total)
+            out.append((route, cumulative, total, row[-1]))
+        return out
+
+
 class GilMetrics:
     """Registers the instruments on ``meter``; reads the ring once per collection."""
 
-    def __init__(self, registration: Registration, meter: Meter) -> None:
+    def __init__(self, registration: Backend, meter: Meter, fast: bool = True) -> None:
         self._registration = registration
         self._totals = Totals()
         self._lock = threading.Lock()
@@ -149,9 +205,16 @@ class GilMetrics:
             )
         ):
             meter.create_observable_counter(name, [self._callback(i, scale[i])], unit=unit, description=description)
-        self._ratio = meter.create_histogram(
-            "gil.wait_ratio", unit="1", description="Share of a server span's duration spent waiting for the GIL",
-            explicit_bucket_boundaries_advisory=_RATIO_BUCKETS,
+        self.ratios = WaitRatios(fast)
+        meter.create_observable_counter(
+            "gil.wait_ratio.bucket", [self._observe_buckets], unit="{span}",
+            description="Server spans whose share of duration spent waiting for the GIL is at most le",
+        )
+        meter.create_observable_counter(
+            "gil.wait_ratio.count", [self._observe_count], unit="{span}", description="Server spans measured"
+        )
+        meter.create_observable_counter(
+            "gil.wait_ratio.sum", [self._observe_sum], unit="1", description="Sum of server spans' GIL wait ratios"
         )
 
     def _refresh(self) -> None:
@@ -170,5 +233,19 @@ class GilMetrics:
 
         return observe
 
+    def _observe_buckets(self, options: CallbackOptions) -> Iterable[Observation]:
+        self._rows = self.ratios.rows()  # the three callbacks of one collection report one snapshot
+        for route, cumulative, _, _ in self._rows:
+            for le, value in zip(_BUCKET_LABELS, cumulative):
+                yield Observation(value, {"http.route": route, "le": le})
+
+    def _observe_count(self, options: CallbackOptions) -> Iterable[Observation]:
+        for route, _, count, _ in getattr(self, "_rows", ()):
+            yield Observation(count, {"http.route": route})
+
+    def _observe_sum(self, options: CallbackOptions) -> Iterable[Observation]:
+        for route, _, _, total in getattr(self, "_rows", ()):
+            yield Observation(total, {"http.route": route})
+
     def record_span(self, wait_ratio: float, route: str) -> None:
-        self._ratio.record(wait_ratio, {"http.route": route})
+        self.ratios.counter(wait_ratio, route)

@@ -30,14 +30,24 @@ RULES = ROOT / "examples" / "alerts" / "gil-rules.yml"
 
 
 def blockers(span: dict) -> str:
-    names = collections.Counter(
-        f["value"] for log in span.get("logs", []) for f in log["fields"] if f["key"] == "gil.blocker.thread.name"
-    )
-    return ", ".join(f"{name} x{n}" for name, n in names.most_common(2)) or "-"
+    """Who held the GIL while the span waited, by time held: its top blocker (over all its long
+    waits), then the next one its gil.wait events name."""
+    tags = span["tags"]
+    top = tags.get("gil.top_blocker.thread.name")
+    if top is None:
+        return "-"
+    others: collections.Counter = collections.Counter()
+    for log in span.get("logs", []):
+        fields = {f["key"]: f["value"] for f in log["fields"]}
+        if fields.get("gil.blocker.thread.name", top) != top:
+            others[fields["gil.blocker.thread.name"]] += fields.get("gil.blocker.hold_ms", 0)
+    shown = [f"{top} {tags['gil.top_blocker.hold_ms']:.1f}ms"]
+    shown += [f"{name} {ms:.1f}ms" for name, ms in others.most_common(1)]
+    return ", ".join(shown)
 
 
 def table(spans: list[dict], rows: int) -> str:
-    lines = [f"{'span':<14} {'duration':>9} {'GIL wait':>9} {'GIL hold':>9} {'wait %':>7}  waited on (long waits)"]
+    lines = [f"{'span':<14} {'duration':>9} {'GIL wait':>9} {'GIL hold':>9} {'wait %':>7}  held the GIL meanwhile"]
     for s in sorted(spans, key=lambda s: s["duration"], reverse=True)[:rows]:
         t = s["tags"]
         lines.append(

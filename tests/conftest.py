@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from helpers import NOBODY, ROOT, Runner, stack
+from helpers import BACKENDS, NOBODY, ROOT, Runner, stack
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def backend(request) -> str:
+    """Who writes the GIL slots: every figure test runs once per writer (OTEL_GIL_BACKEND)."""
+    return request.param
 
 
 @pytest.fixture(scope="session")

@@ -35,6 +35,7 @@ class Runner:
 
 
 MATRIX = ("3.9", "3.10", "3.11", "3.12", "3.13")
+BACKENDS = ("collector", "inprocess")  # the two writers of the slot layout
 
 
 def interpreters() -> dict[str, Runner]:
@@ -46,13 +47,15 @@ def interpreters() -> dict[str, Runner]:
     return runners
 
 
-def run_scenario(name: str, socket_path: str, *options: str, runner: "Runner | None" = None) -> dict:
-    """Run tests/workloads/scenarios.py in a new process and return its JSON report."""
+def run_scenario(
+    name: str, socket_path: str, *options: str, runner: "Runner | None" = None, backend: str = "collector"
+) -> dict:
+    """Run tests/workloads/scenarios.py in a new process with ``backend`` (OTEL_GIL_BACKEND) and return its JSON report."""
     runner = runner or Runner(sys.executable)
     if not os.path.exists(runner.python) and not runner.prefix:
         raise AssertionError(f"{runner.python} is missing: run 'make matrix' (or 'make test') first")
     cmd = [*runner.prefix, runner.python, str(runner.repo / SCENARIOS.relative_to(ROOT))]
-    env = {**os.environ, **runner.env}
+    env = {**os.environ, **runner.env, "OTEL_GIL_BACKEND": backend}
     done = subprocess.run([*cmd, name, socket_path, *options], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, f"{cmd} failed:\n{done.stderr}"
     report = json.loads(done.stdout)

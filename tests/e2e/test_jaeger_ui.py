@@ -32,11 +32,11 @@ def click(browser: Chromium, element: str) -> None:
     browser.evaluate(f"{element}.click()")
 
 
-def test_the_slow_io_span_shows_its_gil_tags_and_the_hog_in_jaeger_ui(app):
+def test_the_slow_io_span_shows_its_gil_tags_and_the_hog_in_jaeger_ui(collector_app):
     if stack.jaeger_ui_assets() is None:
         pytest.fail(f"Jaeger's UI build is missing at {stack.JAEGER_UI} (set OTEL_GIL_JAEGER_UI to a "
                     "jaeger-ui build/ directory, see ../shared/jaeger-ui/README.md)")
-    svc = app("flask", "dev", SERVICE, hog=True)
+    svc = collector_app("flask", "dev", SERVICE, hog=True)
     drive(svc.address, "/io", 10, concurrency=1)
     spans = server_spans(SERVICE, "GET /io", 10)
     slowest = max(spans, key=lambda s: s["duration"])

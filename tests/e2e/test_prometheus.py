@@ -70,10 +70,10 @@ def load(url: str) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL)
 
 
-def test_wait_alert_fires_with_the_hog_and_not_without(app, prometheus):
+def test_wait_alert_fires_with_the_hog_and_not_without(collector_app, prometheus):
     """Both apps under the same load at once; each state change is seen at most 0.5 s late."""
     jobs = {"hog": "flask-alert-hog", "calm": "flask-alert-calm"}
-    apps = {kind: app("flask", "dev", job, hog=kind == "hog", metrics=True) for kind, job in jobs.items()}
+    apps = {kind: collector_app("flask", "dev", job, hog=kind == "hog", metrics=True) for kind, job in jobs.items()}
     loads = {kind: load(svc.address) for kind, svc in apps.items()}
     start, seen = time.monotonic(), {kind: {} for kind in jobs}
     try:

@@ -11,8 +11,9 @@ RUNNERS = interpreters()
 
 
 @pytest.mark.parametrize("name", RUNNERS)
-def test_hog_ground_truth(collector, name):
-    report = run_scenario("hog", collector.address, "--bursts", "5", "--burst-ms", "100", runner=RUNNERS[name])
+def test_hog_ground_truth(collector, backend, name):
+    report = run_scenario("hog", collector.address, "--bursts", "5", "--burst-ms", "100", runner=RUNNERS[name],
+                          backend=backend)
     victim, hog = span(report, "victim")["attributes"], span(report, "hog")["attributes"]
     assert "gil.status" not in victim, report["stderr"]
     assert within(victim["gil.wait_ms"], report["truth"]["victim_wait_ns"] / 1e6), victim
@@ -22,9 +23,9 @@ def test_hog_ground_truth(collector, name):
 
 
 @pytest.mark.parametrize("name", RUNNERS)
-def test_inlined_releases_are_counted(collector, name):
+def test_inlined_releases_are_counted(collector, backend, name):
     """os.stat/os.read release the GIL through whatever copy of drop_gil the build has."""
-    report = run_scenario("syscalls", collector.address, "--iterations", "500", runner=RUNNERS[name])
+    report = run_scenario("syscalls", collector.address, "--iterations", "500", runner=RUNNERS[name], backend=backend)
     attrs = span(report, "syscalls")["attributes"]
     truth = report["truth"]
     assert truth["acquisitions"] <= attrs["gil.acquisitions"] <= truth["acquisitions"] + 2, attrs

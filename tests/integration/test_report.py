@@ -77,6 +77,9 @@ def test_report_json_against_ground_truth():
         assert within(io["wait_s"] * 1e3, truth["io_wait_ns"][i] / 1e6, rel=0.05, abs_ms=1.0), (io, truth)
         assert io["wait_p50_s"] == io["wait_p99_s"] == bucket_top / 1e9, io
         assert io["long_waits"] == len(truth["bursts"])
+        # Who held the GIL during its waits, by time: the hog, for its bursts.
+        assert io["waited_on"][0]["tid"] == truth["tids"]["hog"], io
+        assert within(io["waited_on"][0]["s"] * 1e3, truth["hog_hold_ns"] / 1e6), (io, truth)
     assert result["threads"][0]["tid"] == truth["tids"]["hog"]  # sorted by hold: the cause first
     assert result["wait_pct"] > result["hold_pct"] * 1.5  # two threads wait through each burst
 
@@ -176,6 +179,11 @@ def test_top_in_tmux_shows_the_hog_first_and_quits(quit_key):
         assert "otel-gil top: pid" in screen and "GIL held" in screen, screen
         first_row = re.search(r"^ +(\d+) ", screen.split("hold %", 1)[1], re.M)
         assert int(first_row.group(1)) == tids["hog"], screen
+    # Each I/O thread waited on the hog first (three bursts per interval).
+    waited_on = later.split("waited on", 1)[1]
+    for io in ("io-0", "io-1"):
+        row = re.search(rf"^ +{tids[io]} .*", waited_on, re.M)
+        assert row and re.search(rf"^ +{tids[io]} \S+ +\S+ \({tids['hog']}\)", row.group(0)), later
     assert first != later, "the view did not refresh"
 
 
