@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 # The oldest OpenTelemetry SDK we support, for the span-hook tests.
 SDK_MIN := opentelemetry-api==1.30.0 opentelemetry-sdk==1.30.0 opentelemetry-instrumentation==0.51b0
 
-.PHONY: host venv matrix tools demo test test-sdk-min bench clean
+.PHONY: host venv matrix rootfs tools demo test test-sdk-min bench clean
 
 host:
 	$(SUDO) scripts/setup-host.sh
@@ -29,13 +29,18 @@ demo: host venv
 matrix:
 	scripts/matrix-venvs.sh
 
+# Debian sid (python3.13-3.15) and bullseye (python3.9, glibc 2.31) trees for the interpreter
+# matrix, built once with debootstrap (about 1.5 minutes each) and cached outside the repo.
+rootfs:
+	$(SUDO) scripts/rootfs.sh sid bullseye
+
 # Jaeger, Prometheus and promtool, built once from their Go modules and cached outside the repo.
 tools:
 	$(SUDO) scripts/jaeger.sh path
 	$(SUDO) scripts/prometheus.sh path prometheus
 	$(SUDO) scripts/prometheus.sh path promtool
 
-test: host venv matrix tools test-sdk-min
+test: host venv matrix rootfs tools test-sdk-min
 	$(SUDO) $(PY) -m pytest -ra tests
 
 # Every benchmark, side by side in one run each; results in bench/RESULTS.md (minutes; run on an idle machine).

@@ -16,6 +16,7 @@ from typing import Callable
 
 from otel_gil import blame as blamelib
 from otel_gil import ring as ringlib
+from otel_gil_collector import threadnames
 
 LONG_NS = 1_000_000  # a hold or wait this long is drawn and listed one by one
 NAMES_EVERY_NS = 500_000_000
@@ -40,8 +41,9 @@ class ThreadTrace:
     _seen_waits: int = 0
 
 
-def thread_names(pid: int) -> dict[int, str]:
-    """Thread id (in the process's own pid namespace) -> name, from /proc."""
+def proc_thread_names(pid: int) -> dict[int, str]:
+    """Thread id (in the process's own pid namespace) -> name, from /proc (the OS's names:
+    CPython sets them from ``threading`` only from 3.14, cut at 15 characters)."""
     names: dict[int, str] = {}
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
@@ -95,6 +97,8 @@ class Attachment:
         self.holds: list[ringlib.Hold] = []  # the process's hold log, as read so far
         self.holds_lost = 0  # polls that found older holds already overwritten
         self._names_at = 0
+        self.names_from = "threading"  # or why /proc's names are shown instead
+        self._progress = progress
         progress(f"attached to pid {pid} ({self.plan.interpreter}, take_gil found by {self.plan.located_by})")
 
     def __enter__(self) -> "Attachment":
@@ -114,12 +118,34 @@ class Attachment:
     def header(self) -> ringlib.Header:
         return self._traced.view.header
 
+    @property
+    def located(self) -> bool:
+        """Whether the GIL's condition variables are learned: no figure means anything before."""
+        return self._traced.learned
+
+    def not_located(self) -> str:
+        return (f"gil_not_located: no GIL hand-off of pid {self.pid} was seen through the probes "
+                f"({', '.join(sorted({p.path for p in self.plan.probes}))}), so there are no figures")
+
+    def thread_names(self) -> dict[int, str]:
+        """Thread id -> name as ``threading`` has it (read from the process's memory); threads
+        it does not know, and every thread if the memory cannot be read, by /proc's name."""
+        names = proc_thread_names(self.pid)
+        try:
+            names.update(threadnames.read(self.pid, self.plan.interpreter, self.plan.interpreter_file))
+            self.names_from = "threading"
+        except threadnames.Unreadable as exc:
+            if self.names_from == "threading":
+                self._progress(f"thread names from /proc: threading's are unreadable ({exc})")
+            self.names_from = f"/proc (threading's are unreadable: {exc})"
+        return names
+
     def poll(self) -> int:
         """Read every thread's slot now; returns the time read (CLOCK_MONOTONIC ns)."""
         self._tracer.finish_bootstrap()
         now = time.monotonic_ns()
         if now - self._names_at > NAMES_EVERY_NS:
-            for tid, name in thread_names(self.pid).items():
+            for tid, name in self.thread_names().items():
                 self.threads.setdefault(tid, ThreadTrace(tid)).name = name
             self._names_at = now
         present = set()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from otel_gil import ring as ringlib
-from otel_gil_collector.attach import Attachment, ThreadTrace
+from otel_gil_collector.attach import AttachError, Attachment, ThreadTrace
 
 POLL_S = 0.01  # ring reads: often enough that no thread's 16 long holds/waits overflow
 SAMPLES = 1000  # at most this many hold/wait samples per thread for the timeline
@@ -70,10 +70,12 @@ def capture(pid: int, duration_s: float, progress: Callable[[str], None] = print
             print(file=sys.stderr)
         if not att.alive:
             progress(f"pid {pid} exited during the capture: reporting up to its exit")
+        if not att.located:
+            raise AttachError(att.not_located())
         header = att.header
         exited = {"threads": header.exited_threads, "wait_s": header.exited_wait_ns / 1e9,
                   "hold_s": header.exited_hold_ns / 1e9}
-        threads, interpreter, start = att.threads, att.plan.interpreter, att.start_ns
+        threads, interpreter, start, names_from = att.threads, att.plan.interpreter, att.start_ns, att.names_from
         present = att.present
         waited_on = {tid: att.waited_on(tid) for tid in present}
         holds = att.holds
@@ -91,6 +93,7 @@ def capture(pid: int, duration_s: float, progress: Callable[[str], None] = print
         "duration_s": round(wall, 6),
         "start_ns": start,  # CLOCK_MONOTONIC, as the process's time.monotonic_ns()
         "interpreter": interpreter,
+        "thread_names": names_from,  # "threading", or why the names are /proc's
         "hold_pct": _pct(total_hold, wall),
         "wait_pct": _pct(total_wait, wall),
         **{f"wait_p{round(q * 100)}_s": ringlib.hist_quantile(hist, q) / 1e9 for q in QUANTILES},
@@ -121,6 +124,7 @@ def render(report: dict) -> str:
         f"GIL held {report['hold_pct']:.1f} % of wall time, waited for {report['wait_pct']:.1f} % "
         "(summed over threads: over 100 % when several wait at once); threads by hold",
         f"wait p50/p90/p99 (upper bounds of power-of-two buckets): {_quantiles(report)}",
+        *([] if report["thread_names"] == "threading" else [f"thread names from {report['thread_names']}"]),
         "",
         f"{'tid':>8} {'thread':<20} {'wait s':>8} {'wait %':>7} {'hold s':>8} {'hold %':>7} {'acq':>8} "
         f"{'convoy':>7} {'long':>5}  wait p50/p90/p99",

@@ -43,10 +43,13 @@ class Frames:
         self._t = now
         rows.sort(reverse=True)  # by hold: the holders are the cause
         held, waited = sum(r[0] for r in rows), sum(r[1] for r in rows)
+        if not self.att.located:
+            return [f"otel-gil top: pid {self.att.pid}: {self.att.not_located()} yet"]
         lines = [
             f"otel-gil top: pid {self.att.pid}, last {dt / 1e9:.1f} s: GIL held {100 * held / dt:.0f} %, "
             f"waited {100 * waited / dt:.0f} % (summed over threads)",
             self.att.plan.interpreter,
+            *([] if self.att.names_from == "threading" else [f"thread names from {self.att.names_from}"]),
             "",
             f"{'tid':>8} {'thread':<19} {'hold %':>7} {'wait %':>7} {'held':>8} {'waited':>8} {'acq/s':>8} {'convoy':>7}",
         ]

@@ -29,6 +29,7 @@ _PERMANENT = {protocol.UNSUPPORTED_INTERPRETER, protocol.GIL_DISABLED, protocol.
 _REPLY_TIMEOUT_S = 30.0
 _BACKOFF_S = (0.5, 30.0)
 _BUSY_RETRY_S = 0.05
+_LOCATE_TIMEOUT_S = 0.5  # hand-offs for the probes to learn the GIL from, before saying they cannot
 
 
 def gil_enabled() -> bool:
@@ -168,6 +169,12 @@ class Registration:
         finally:
             for fd in fds:
                 os.close(fd)
+        if not _gil_located(ring):
+            sock.close()
+            self._set(None, protocol.GIL_NOT_LOCATED,
+                      f"the collector's probes saw no GIL hand-off of this process in {_LOCATE_TIMEOUT_S} s: "
+                      "its build calls pthread_cond_* somewhere they do not watch; please report it")
+            return True
         self._sock = sock
         self._set(ring, REGISTERED, "")
         log.info("otel-gil: registered with the collector at %s", self.socket_path)
@@ -199,3 +206,14 @@ class Registration:
         if not self._stop.is_set():
             self._logged.discard(NO_COLLECTOR)
             self._set(None, NO_COLLECTOR, "the collector went away; re-registering when it is back")
+
+
+def _gil_located(ring: Ring) -> bool:
+    """Whether the GIL's condition variables got learned: each sleep here is a GIL hand-off
+    the probes see, so a healthy process is located after the first one."""
+    deadline = time.monotonic() + _LOCATE_TIMEOUT_S
+    while not ring.header.switch_cond:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
