@@ -138,7 +138,7 @@ if mode.startswith("otel+gil-"):
     out["otel_gil"] = {
         "hog_hold_ns": sum(s.attributes["gil.hold_ms"] for s in spans if s.name == "hog") * 1e6,
         "victim_wait_ns": [sum(s.attributes["gil.wait_ms"] for s in spans
-                               if s.name == "wake" and s.attributes["thread.id"] == tids[f"victim-{i}"]) * 1e6
+                               if s.name == "wake" and s.attributes["thread.name"] == f"victim-{i}") * 1e6
                            for i in range(2)],
     }
 print(json.dumps(out), flush=True)

@@ -607,7 +607,7 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 			    k_acquisitions, k_convoy_waits};
 	PyObject *values[8] = {
 		thread_name(self),
-		PyLong_FromLong(tls.tid),
+		PyLong_FromUnsignedLong(PyThread_get_thread_ident()), /* thread.id: the managed id, as spans.py */
 		PyFloat_FromDouble((double)wait / 1e6),
 		PyFloat_FromDouble((double)hold / 1e6),
 		PyFloat_FromDouble(*wait_ratio),

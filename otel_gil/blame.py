@@ -56,22 +56,32 @@ def _ms(ns: int) -> float:
     return round(ns / 1e6, 3)
 
 
-def event_attributes(b: Blame, name_of, span_of=None) -> dict:
-    """The ``gil.wait`` event of a long wait; ``name_of(tid)`` gives a thread's name or None,
-    ``span_of(tid, since_ns)`` the (name, span id) of the span the thread has been in since then, or None."""
-    tid, held = b.blocker
-    attrs: dict = {"gil.wait_ms": _ms(b.wait.end_ns - b.wait.start_ns), "gil.blocker.thread.id": tid}
-    name = name_of(tid)
+def thread_attributes(prefix: str, tid: int, who) -> dict:
+    """A thread named by kernel tid: ``{prefix}.native_id``, and where ``who(tid)`` knows them
+    (``(thread.id, thread.name)``, None for what it does not know), ``{prefix}.id``, the
+    managed id its own spans and logs carry, and ``{prefix}.name``."""
+    ident, name = who(tid)
+    attrs: dict = {f"{prefix}.native_id": tid}
+    if ident is not None:
+        attrs[f"{prefix}.id"] = ident
     if name is not None:
-        attrs["gil.blocker.thread.name"] = name
+        attrs[f"{prefix}.name"] = name
+    return attrs
+
+
+def event_attributes(b: Blame, who, span_of=None) -> dict:
+    """The ``gil.wait`` event of a long wait; ``who(tid)`` gives a thread's (thread.id, name), each
+    or None, ``span_of(tid, since_ns)`` the (name, span id) of the span the thread has been in since then, or None."""
+    tid, held = b.blocker
+    attrs: dict = {"gil.wait_ms": _ms(b.wait.end_ns - b.wait.start_ns), **thread_attributes("gil.blocker.thread", tid, who)}
     span = span_of(tid, b.wait.start_ns) if span_of is not None and b.held_by else None
     if span is not None:
         attrs["gil.blocker.span.name"], attrs["gil.blocker.span_id"] = span
     if b.held_by:
         listed = b.held_by[:LISTED]
         attrs["gil.blocker.hold_ms"] = _ms(held)
-        attrs["gil.blockers.thread.id"] = [t for t, _ in listed]
-        attrs["gil.blockers.thread.name"] = [name_of(t) or str(t) for t, _ in listed]
+        attrs["gil.blockers.thread.native_id"] = [t for t, _ in listed]
+        attrs["gil.blockers.thread.name"] = [who(t)[1] or str(t) for t, _ in listed]
         attrs["gil.blockers.hold_ms"] = [_ms(ns) for _, ns in listed]
         attrs["gil.blockers.others_ms"] = _ms(sum(ns for _, ns in b.held_by[LISTED:]))
     attrs["gil.blockers.unrecorded_ms"] = _ms(b.unrecorded_ns)

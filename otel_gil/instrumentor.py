@@ -9,7 +9,7 @@ from typing import Collection, Optional
 from opentelemetry import metrics, trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-from otel_gil import backend
+from otel_gil import backend, threads
 from otel_gil.environment_variables import OTEL_GIL_LONG_WAIT_MS, OTEL_GIL_NO_EXTENSIONS, OTEL_GIL_REGISTER_TIMEOUT_S
 from otel_gil.metrics import GilMetrics
 from otel_gil.package import _instruments
@@ -61,10 +61,12 @@ class GilInstrumentor(BaseInstrumentor):
         processor = GilSpanProcessor(source, GilMetrics(source, meter, fast), fast=fast)
         provider.add_span_processor(processor)
         wrap_span_end(processor)
+        threads.watch_starts()  # metrics name a thread even if it exits between two reads
         GilInstrumentor._backend, GilInstrumentor._processor = source, processor
 
     def _uninstrument(self, **kwargs) -> None:
         unwrap_span_end()
+        threads.unwatch_starts()
         if self._processor is not None:
             self._processor.enabled = False  # the SDK has no remove_span_processor
         if self._backend is not None:

@@ -10,12 +10,17 @@ The SDK's synchronous ``Histogram.record`` costs 8-16 µs, most of a span's own 
 :class:`WaitRatios` counts into buckets itself (well under a µs) and the counters are read at collection.
 The process's share of wall time waiting (can exceed 1, one thread each) is
 ``sum(rate(gil_wait_time_seconds_total[5m]))``; holding: the same with ``hold``.
+
+``thread.name`` stays bounded: the numbers CPython puts in default names are replaced by
+``N`` (``Thread-104 (process_request_thread)`` -> ``Thread-N (process_request_thread)``),
+and past :data:`MAX_THREAD_NAMES` names new ones go to ``(other threads)``.
 """
 
 from __future__ import annotations
 
 import bisect
 import collections
+import re
 import threading
 import time
 from typing import Iterable, Optional
@@ -30,10 +35,19 @@ from otel_gil.client import REGISTERED
 _FIELDS = ("wait_ns", "hold_ns", "acquisitions", "convoy_waits")
 _EXITED = ("exited_wait_ns", "exited_hold_ns", "exited_acquisitions", "exited_convoy_waits")
 EXITED_THREADS = "(exited threads)"
+OTHER_THREADS = "(other threads)"
+MAX_THREAD_NAMES = 100  # distinct thread.name values, besides the two buckets above
+# Names CPython numbers per thread: Thread-N, Thread-N (target), Dummy-N, ThreadPoolExecutor-N_N.
+_NUMBERED = re.compile(r"^(Thread|Dummy)-\d+(?= \(|$)|^(ThreadPoolExecutor)-\d+_\d+$")
 _RATIO_BUCKETS = (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)  # upper bounds (le); then +Inf
 _BUCKET_LABELS = tuple(str(b) for b in _RATIO_BUCKETS) + ("+Inf",)
 MAX_ROUTES = 200
 OTHER_ROUTES = "(other routes)"
+
+
+def normalize(name: str) -> str:
+    """``name`` without the per-thread number CPython put in it, if it is a default name."""
+    return _NUMBERED.sub(lambda m: f"{m[1]}-N" if m[1] else f"{m[2]}-N_N", name)
 
 
 def _reset(new: list[int], old: list[int]) -> bool:
@@ -47,9 +61,10 @@ class Totals:
     Live threads are read from their slots. A thread that exits takes with it what it
     added since the last read; the header's exited totals have it (the BPF side frees
     the slot first and counts the exit after, and the header is read before the slots,
-    so nothing is counted twice). It goes to that thread's name, or to
-    ``(exited threads)`` when several exits are folded at once. The sum over names
-    always equals the process's true total.
+    so nothing is counted twice). It goes to that thread's name (a thread started and
+    gone between two reads is known from ``started``), or to ``(exited threads)`` when
+    the exits folded at once were of threads of several names, or unknown ones. The
+    sum over names always equals the process's true total.
     """
 
     def __init__(self) -> None:
@@ -61,19 +76,43 @@ class Totals:
         self._seen: dict[int, tuple[str, list[int]]] = {}  # tid -> (name, values last read)
         self._departed: collections.deque[tuple[str, list[int]]] = collections.deque()
         self._exited, self._exits = [0, 0, 0, 0], 0
+        self._recent: dict[int, str] = {}  # the previous update's started threads
+        self._unnamed: set[int] = set()  # tids whose slots the previous update left for later
 
     def _add(self, name: str, delta: list[int]) -> None:
         total = self.by_name.setdefault(name, [0, 0, 0, 0])
         for i, d in enumerate(delta):
             total[i] += d
 
-    def update(self, ring: ringlib.Ring, now_ns: int) -> None:
+    def _label(self, name: str) -> str:
+        """The bounded ``thread.name`` a thread's figures go to."""
+        name = normalize(name)
+        if name in self.by_name or len(self.by_name) < MAX_THREAD_NAMES:
+            return name
+        return OTHER_THREADS
+
+    def _name(self, tid: int, live: dict[int, threading.Thread], started: dict[int, str], fallback: bool) -> Optional[str]:
+        """A thread's label: its ``threading`` name, or the one it started with (it left
+        ``threading.enumerate()``: it is exiting). A thread that takes the GIL before
+        ``threading`` knows its id (it is starting) gets None, unless ``fallback``: its
+        kernel name, else its id."""
+        thread = live.get(tid)
+        name = thread.name if thread is not None else started.get(tid)
+        if name is None and fallback:
+            name = threads.name(tid, live) or str(tid)
+        return None if name is None else self._label(name)
+
+    def update(self, ring: ringlib.Ring, now_ns: int, started: Optional[dict[int, str]] = None) -> None:
+        """Read the ring; ``started``: threads started since the last update, by native id."""
         if ring is not self._ring:  # a new registration: new slots, new exited totals
             self._reset(ring)
+        # A start logged just before the previous read may belong to a thread first seen now.
+        started, self._recent = {**self._recent, **(started or {})}, started or {}
         header = ring.header
         exited, exits = [getattr(header, f) for f in _EXITED], header.exited_threads
-        names = threads.names()
+        names = threads.live()
         live: dict[int, tuple[str, list[int]]] = {}
+        unnamed: set[int] = set()
         for slot in ring.threads():
             c = ringlib.counters(slot, now_ns)
             values = [c.wait_ns, c.hold_ns, c.acquisitions, c.convoy_waits]
@@ -83,16 +122,22 @@ class Totals:
             else:  # first sight, or the tid now belongs to a new thread
                 if old is not None:
                     self._departed.append(old)
-                name, delta = threads.name(slot.tid, names) or str(slot.tid), values
+                name, delta = self._name(slot.tid, names, started, slot.tid in self._unnamed), values
+                if name is None:  # starting: not yet in threading.enumerate(); named at the next read
+                    unnamed.add(slot.tid)
+                    continue
             self._add(name, delta)
             live[slot.tid] = (name, values)
         self._departed.extend(self._seen.values())  # not seen any more: exited
-        self._seen = live
+        self._seen, self._unnamed = live, unnamed
         folded = exits - self._exits
         gone = [self._departed.popleft() for _ in range(min(folded, len(self._departed)))]
         remainder = [max(e - p - sum(g[1][i] for g in gone), 0) for i, (e, p) in enumerate(zip(exited, self._exited))]
         if any(remainder):
-            self._add(gone[0][0] if folded == len(gone) == 1 else EXITED_THREADS, remainder)
+            unseen = [self._label(n) for tid, n in started.items() if tid not in live and tid not in names]
+            labels = {g[0] for g in gone} | set(unseen)
+            known = folded - len(gone) <= len(unseen) and len(labels) == 1
+            self._add(labels.pop() if known else EXITED_THREADS, remainder)
         self._exited, self._exits = exited, exits
 
 
@@ -176,7 +221,7 @@ class GilMetrics:
         with self._lock:
             ring = self._registration.ring
             if ring is not None and self._registration.status == REGISTERED:
-                self._totals.update(ring, time.monotonic_ns())
+                self._totals.update(ring, time.monotonic_ns(), threads.take_starts())
 
     def _callback(self, index: int, scale: float):
         def observe(options: CallbackOptions) -> Iterable[Observation]:

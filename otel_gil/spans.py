@@ -138,14 +138,12 @@ def figures(
     they are counted too; shorter waits and holds there are not visible.
     """
     thread = threading.current_thread()
-    attrs: dict = {"thread.name": thread.name}
+    attrs: dict = {"thread.name": thread.name, "thread.id": thread.ident}
     reg, ring = start.registration, start.ring
     if ring is None:
         attrs["gil.status"] = start.status
-        attrs["thread.id"] = start.tid
         return attrs, []
     cache = _thread_tid(start.generation)
-    attrs["thread.id"] = cache[1]
     if cache[1] != start.tid:
         attrs["gil.status"] = CROSS_THREAD
         return attrs, []
@@ -167,8 +165,12 @@ def figures(
         if dropped > 0:
             attrs["gil.long_waits_dropped"] = dropped
         waits = [w for w in waits if w.start_ns >= start.mono_ns - gap and w.end_ns <= now]
-        names = threads.names()
-        name_of = lambda tid: threads.name(tid, names)  # noqa: E731
+        live = threads.live()
+
+        def who(tid: int) -> tuple[Optional[int], Optional[str]]:
+            python_thread = live.get(tid)
+            return getattr(python_thread, "ident", None), threads.name(tid, live)
+
         wall_minus_mono = start.wall_ns - start.mono_ns
         log = blamelib.HoldLog.read(ring, waits[0].start_ns) if waits else None
         span_of = blocker_spans(wall_minus_mono) if waits else None
@@ -180,14 +182,11 @@ def figures(
                 acquisitions += 1
                 convoy += length >= ring.header.convoy_ns
             blames.append(log.blame(w))
-            events.append(("gil.wait", blamelib.event_attributes(blames[-1], name_of, span_of),
+            events.append(("gil.wait", blamelib.event_attributes(blames[-1], who, span_of),
                            w.start_ns + wall_minus_mono))
         top = blamelib.top_blocker(blames)
         if top is not None:
-            attrs["gil.top_blocker.thread.id"] = top[0]
-            name = name_of(top[0])
-            if name is not None:
-                attrs["gil.top_blocker.thread.name"] = name
+            attrs.update(blamelib.thread_attributes("gil.top_blocker.thread", top[0], who))
             attrs["gil.top_blocker.hold_ms"] = round(top[1] / 1e6, 3)
     duration = max(span_end_ns - span_start_ns, now - start.mono_ns, 1)
     attrs.update(

@@ -28,12 +28,16 @@ def test_every_worker_reports_figures(app, collector, backend, framework, server
     assert len(workers) == 2, workers
     op = "GET /{}" if framework == "flask" else "GET {}"
     spans = server_spans(service, op.format("io"), 30) + server_spans(service, op.format("cpu"), 30)
-    owner = {}
+    owners = set()
     for span in spans:
         tags = span["tags"]
         assert "gil.status" not in tags and "gil.wait_ms" in tags, tags
-        owner[span["spanID"]] = next((pid for pid, tids in workers.items() if tags["thread.id"] in tids), None)
-    assert set(owner.values()) == set(workers), "spans from every worker, each from one of its threads"
+        # thread.id is the managed id; a gil.wait event names its blocker by kernel tid too,
+        # a thread of the worker that ran the span (its GIL hog or another request's thread).
+        for log in span.get("logs", []):
+            tid = next(f["value"] for f in log["fields"] if f["key"] == "gil.blocker.thread.native_id")
+            owners.add(next((pid for pid, tids in workers.items() if tid in tids), None))
+    assert owners == set(workers), "spans from every worker, each blocked by one of its own threads"
     if backend == "collector":
         log = collector.log_text()
         for pid in workers:

@@ -83,5 +83,6 @@ def test_forced_switches_count_as_waiting(collector, backend):
         assert attrs["gil.convoy_waits"] >= 0.8 * attrs["gil.acquisitions"], attrs  # each wait ~ a switch interval
         waits = [e["attributes"] for e in me["events"]]
         assert waits and all(w.get("gil.wait.forced_switch") for w in waits), waits
-        # by id: the other thread may have exited when this span ended (no name then)
-        assert {w["gil.blocker.thread.id"] for w in waits} == {other["attributes"]["thread.id"]}, waits
+        # by kernel tid: the other thread may have exited when this span ended (no name, no thread.id then)
+        tid = report["truth"]["tids"][other["name"]]
+        assert {w["gil.blocker.thread.native_id"] for w in waits} == {tid}, waits

@@ -28,3 +28,11 @@ def test_counters_stay_monotonic_when_threads_exit(report):
             assert exited[instrument][name] >= value, (instrument, name)
         # nothing counted twice: what the exits added is small next to the workload
         assert sum(exited[instrument].values()) - sum(by_name.values()) <= max(0.05 * sum(by_name.values()), 5)
+
+
+def test_a_thread_started_and_gone_between_two_reads_keeps_its_name(report):
+    """Not "(exited threads)": the name is logged when the thread starts (threading.Thread.start)."""
+    exited, flushed = report["truth"]["metrics_exited"], report["truth"]["metrics_flushed"]
+    hold = flushed["gil.hold.time"]
+    assert within(hold["flusher"], report["truth"]["flusher_hold_ns"] / 1e9, abs_ms=0.0005), hold
+    assert hold.get("(exited threads)", 0) == exited["gil.hold.time"].get("(exited threads)", 0), (exited, flushed)

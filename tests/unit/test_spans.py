@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from contextlib import contextmanager
@@ -86,9 +87,36 @@ def test_figures_are_the_difference_over_the_span(setup):
     duration_ms = (span.end_time - span.start_time) / 1e6
     assert a["gil.wait_ratio"] == pytest.approx(12 / duration_ms, rel=0.05)
     assert a["gil.hold_ratio"] == pytest.approx(4 / duration_ms, rel=0.05)
-    assert a["thread.id"] == threading.get_native_id()
     assert a["thread.name"] == threading.current_thread().name
     assert "gil.status" not in a
+
+
+def test_thread_id_is_the_managed_id_logs_carry(setup):
+    """Semantic conventions: ``thread.id`` is the managed id (``threading.get_ident()``), which
+    is also what a ``logging.LogRecord`` of the same thread has (``record.thread``)."""
+    tracer, reg, ring, exporter = setup
+    my_slot(ring)
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    log = logging.getLogger("test-thread-id")
+    log.addHandler(handler)
+
+    def traced() -> None:
+        with tracer.start_as_current_span("registered"):
+            log.warning("in the span")
+        reg.ring, reg.status = None, "no_collector"
+        with tracer.start_as_current_span("unregistered"):
+            pass
+
+    worker = threading.Thread(target=traced, name="worker")
+    worker.start()
+    worker.join()
+    log.removeHandler(handler)
+    ids = {span.name: span.attributes["thread.id"] for span in exporter.get_finished_spans()}
+    assert ids == {"registered": worker.ident, "unregistered": worker.ident}
+    assert [r.thread for r in records] == [worker.ident]
+    assert worker.ident != worker.native_id
 
 
 def test_open_hold_counts_up_to_span_end(setup):
@@ -119,7 +147,8 @@ def test_long_waits_inside_the_span_become_events(setup):
     assert event.name == "gil.wait"
     assert event.attributes["gil.wait_ms"] == 2.5
     assert event.attributes["gil.blocker.thread.name"] == "metrics-hog"
-    assert event.attributes["gil.blocker.thread.id"] == blocker.native_id
+    assert event.attributes["gil.blocker.thread.id"] == blocker.ident  # as that thread's spans have it
+    assert event.attributes["gil.blocker.thread.native_id"] == blocker.native_id
     assert span.start_time <= event.timestamp <= span.end_time
 
 
@@ -154,7 +183,9 @@ def test_long_waits_blame_the_threads_that_held_the_gil_by_time(setup):
     # What the hog was doing: the span it has been in since before the wait.
     assert first["gil.blocker.span.name"] == "GET /report"
     assert first["gil.blocker.span_id"] == f"{report_span.context.span_id:016x}"
-    assert first["gil.blocker.thread.name"] == "metrics-hog" and first["gil.blocker.thread.id"] == hog.native_id
+    assert first["gil.blocker.thread.name"] == "metrics-hog" and first["gil.blocker.thread.id"] == hog.ident
+    assert first["gil.blocker.thread.native_id"] == hog.native_id
+    assert list(first["gil.blockers.thread.native_id"]) == [hog.native_id, peer.native_id]
     assert first["gil.blocker.hold_ms"] == 4.0  # its part inside the wait only
     assert list(first["gil.blockers.thread.name"]) == ["metrics-hog", "peer"]
     assert list(first["gil.blockers.hold_ms"]) == [4.0, 0.2]
@@ -163,7 +194,8 @@ def test_long_waits_blame_the_threads_that_held_the_gil_by_time(setup):
     assert first["gil.wait.forced_switch"] is True
     assert "gil.wait.forced_switch" not in second and second["gil.blocker.hold_ms"] == 2.0
     assert span.attributes["gil.top_blocker.thread.name"] == "metrics-hog"
-    assert span.attributes["gil.top_blocker.thread.id"] == hog.native_id
+    assert span.attributes["gil.top_blocker.thread.id"] == hog.ident
+    assert span.attributes["gil.top_blocker.thread.native_id"] == hog.native_id
     assert span.attributes["gil.top_blocker.hold_ms"] == 6.0
 
 

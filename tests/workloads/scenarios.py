@@ -105,6 +105,16 @@ def hog_and_victim(tracer, args) -> dict:
     for t in threads:
         t.join()
     truth["metrics_exited"] = read_metrics()
+
+    def flusher() -> None:  # lives and exits between two reads
+        t0 = time.monotonic_ns()
+        _gil_holding_libc.usleep(args.burst_ms * 1000)
+        truth["flusher_hold_ns"] = time.monotonic_ns() - t0
+
+    flush = threading.Thread(target=flusher, name="flusher")
+    flush.start()
+    flush.join()
+    truth["metrics_flushed"] = read_metrics()
     return truth
 
 
@@ -190,8 +200,10 @@ def switches(tracer, args) -> dict:
     CPU time (time.thread_time_ns) is about its hold."""
     ready = threading.Barrier(2)
     cpu_ns: dict = {}
+    tids: dict = {}
 
     def spin(name: str) -> None:
+        tids[name] = threading.get_native_id()
         ready.wait()
         with tracer.start_as_current_span(name):
             c0 = time.thread_time_ns()
@@ -203,7 +215,7 @@ def switches(tracer, args) -> dict:
         t.start()
     for t in threads:
         t.join()
-    return {"cpu_ns": cpu_ns, "switch_interval_ms": sys.getswitchinterval() * 1000}
+    return {"cpu_ns": cpu_ns, "tids": tids, "switch_interval_ms": sys.getswitchinterval() * 1000}
 
 
 def syscalls(tracer, args) -> dict:
