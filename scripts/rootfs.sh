@@ -8,7 +8,8 @@
 #
 # Usage: scripts/rootfs.sh NAME...   builds what is missing, prints each tree's path
 # A build takes 1-3 minutes (network); concurrent callers wait on a lock, a failed build
-# leaves nothing behind, and a change to this recipe builds a new tree.
+# leaves nothing behind, and a change to the recipe builds a new tree (the old one goes
+# once unused for a day: sessions of another recipe may still run in it).
 set -euo pipefail
 cache=${OTEL_GIL_CACHE:-/var/cache/otel-gil}/rootfs
 mirror=${OTEL_GIL_DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -56,9 +57,9 @@ for name in "$@"; do
         build "$name" "$dir.tmp" || { rm -rf --one-file-system "$dir.tmp"; exit 1; }
         mv "$dir.tmp" "$dir"
         echo "rootfs.sh: $name built in $((SECONDS - start)) s" >&2
-        for old in "$cache/$name"-*; do  # trees of older recipes (never into a mount left in one)
-            [ "$old" = "$dir" ] || rm -rf --one-file-system "$old" || echo "rootfs.sh: $old left (in use?)" >&2
-        done
     fi
+    touch "$dir"  # in use: trees of other recipes unused for a day go (never into a mount left in one)
+    find "$cache" -maxdepth 1 -name "$name-*" ! -name "*.tmp" ! -path "$dir" -mtime +0 \
+        -exec rm -rf --one-file-system {} + || echo "rootfs.sh: an old $name tree is left (in use?)" >&2
     echo "$dir"
 done
