@@ -14,7 +14,8 @@ whose message says why (the caller falls back to /proc's names).
 
 Everything that depends on the version is here: the struct offsets in :data:`LAYOUTS`
 (one row per version, checked against each interpreter's own headers by
-``tests/integration/test_thread_names.py``), and the few layout changes by version
+``tests/integration/test_thread_names.py``, and on 3.13+ against the running build's
+own ``_Py_DebugOffsets``), and the few layout changes by version
 in the readers below (dict keys 3.11, ``PyLongObject`` 3.12, instance dicts 3.11,
 3.12, 3.13).
 """
@@ -67,6 +68,9 @@ _MAX_NAME = 1024  # characters
 _READ_BUDGET = 16 << 20  # bytes per read(): a hostile process cannot keep a root tool busy
 _PYTHON_VERSION = re.compile(r"python3\.(\d+)(t?)(?!\d)")
 _Q = struct.Struct("<Q")
+# 3.13+ start _PyRuntime with _Py_DebugOffsets (for debuggers): its cookie, and where it puts
+# runtime_state.interpreters_head (after cookie, version, free_threaded, size, finalizing).
+_DEBUG_COOKIE, _DEBUG_INTERPRETERS_HEAD = b"xdebugpy", 40
 
 
 class _Memory:
@@ -215,6 +219,17 @@ class _Reader:
         return self._by_name(self._entries(cached_keys, values)) if values else self.dict_items(managed)
 
 
+def _check_debug_offsets(mem: _Memory, runtime: int, layout: Layout) -> None:
+    """The build's own _Py_DebugOffsets must agree with the table (another configuration,
+    e.g. a debug build, moves the structs)."""
+    if mem.read(runtime, len(_DEBUG_COOKIE)) != _DEBUG_COOKIE:
+        raise Unreadable("_PyRuntime does not start with _Py_DebugOffsets")
+    head = mem.word(runtime + _DEBUG_INTERPRETERS_HEAD)
+    if head != layout.interpreters_head:
+        raise Unreadable(f"this build's _Py_DebugOffsets put interpreters.head at {head}, "
+                         f"the table at {layout.interpreters_head}: a build configured otherwise")
+
+
 def _load_base(pid: int, mapped_path: str, info: elf.ElfInfo) -> int:
     """Where the interpreter's file is loaded in ``pid`` (the address of virtual address 0)."""
     try:
@@ -250,7 +265,10 @@ def read(pid: int, mapped_path: str, host_path: str) -> dict[int, str]:
     mem = _Memory(pid)
     try:
         reader = _Reader(mem, version, layout, {name: base + info.data[name].address for name in needed[1:]})
-        interp = mem.word(base + info.data["_PyRuntime"].address + layout.interpreters_head)
+        runtime = base + info.data["_PyRuntime"].address
+        if version >= (3, 13):
+            _check_debug_offsets(mem, runtime, layout)
+        interp = mem.word(runtime + layout.interpreters_head)
         modules = reader.dict_items(mem.word(interp + layout.modules))
         threading = modules.get("threading")
         if threading is None:

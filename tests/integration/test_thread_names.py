@@ -6,11 +6,12 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
 from helpers import ROOT, matrix_names
-from otel_gil_collector import report, threadnames
+from otel_gil_collector import probes, report, threadnames
 
 # offsetof/sizeof of what LAYOUTS holds, compiled against the interpreter's headers.
 _LAYOUT_C = r"""
@@ -55,7 +56,7 @@ def test_layout_table_matches_the_headers(matrix_runner, name):
 def test_report_falls_back_to_proc_names_with_a_note(monkeypatch):
     """A version without a row: /proc's names (the executable's name, before 3.14), and why."""
     version = sys.version_info[:2]
-    monkeypatch.setitem(threadnames.LAYOUTS, version, threadnames.Layout(0, 0, 0, 0, 0))
+    monkeypatch.setitem(threadnames.LAYOUTS, version, replace(threadnames.LAYOUTS[version], interpreters_head=0))
     target = subprocess.Popen([sys.executable, str(ROOT / "tests" / "workloads" / "report_target.py")],
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -71,3 +72,22 @@ def test_report_falls_back_to_proc_names_with_a_note(monkeypatch):
     assert result["thread_names"].startswith("/proc (") and "no struct layout" in result["thread_names"], result
     assert f"thread names from {result['thread_names']}" in report.render(result)
     assert {t["tid"]: t["name"] for t in result["threads"]}.items() <= comm.items()
+
+
+def test_a_table_row_the_build_contradicts_is_refused(monkeypatch):
+    """3.13+: the build's own _Py_DebugOffsets must agree with the table (another configuration
+    moves the structs): no names read through wrong offsets."""
+    python = ROOT / ".venv-matrix" / "3.13" / "bin" / "python"
+    target = subprocess.Popen([str(python), "-c", "import threading, sys; print(1, flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert target.stdout.readline().strip() == "1"
+        plan = probes.plan(target.pid)
+        assert "MainThread" in threadnames.read(target.pid, plan.interpreter, plan.interpreter_file).values()
+        row = threadnames.LAYOUTS[(3, 13)]
+        monkeypatch.setitem(threadnames.LAYOUTS, (3, 13), replace(row, interpreters_head=row.interpreters_head + 8))
+        with pytest.raises(threadnames.Unreadable, match="_Py_DebugOffsets put interpreters.head at 632"):
+            threadnames.read(target.pid, plan.interpreter, plan.interpreter_file)
+    finally:
+        target.kill()
+        target.wait()
