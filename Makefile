@@ -15,10 +15,10 @@ SDK_MIN := opentelemetry-api==1.30.0 opentelemetry-sdk==1.30.0 opentelemetry-ins
 host:
 	$(SUDO) scripts/setup-host.sh
 
-$(PY): pyproject.toml setup.py otel_gil/_fastspan.c otel_gil/_inprocess.c collector/gil_layout.h collector/gil_writer.h
-	$(PYTHON) -m venv $(VENV)
+$(PY): pyproject.toml constraints.txt setup.py otel_gil/_fastspan.c otel_gil/_inprocess.c collector/gil_layout.h collector/gil_writer.h
+	$(PYTHON) -m venv --clear $(VENV)  # afresh: upgrading a venv in place can send pip backtracking
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
 	touch $(PY)
 
 venv: $(PY)
@@ -45,7 +45,7 @@ test: host venv matrix rootfs tools test-sdk-min
 
 # Every benchmark, side by side in one run each; results in bench/RESULTS.md (minutes; run on an idle machine).
 bench: host venv
-	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[bench]'
 	$(SUDO) $(PY) bench/handoff.py --rounds 5
 	$(SUDO) $(PY) bench/spancost.py --spans 2000 --blocks 30 --rounds 5
 	$(SUDO) $(PY) bench/webload.py --rounds 10 --seconds 3
