@@ -62,7 +62,7 @@ struct gil_header {
 	__u64 gil_cond;      /* learned address of gil->cond, 0 until learned */
 	__u64 switch_cond;   /* learned address of gil->switch_cond */
 	__u32 last_release_tid;
-	__u32 reserved;
+	__u32 exits_started;   /* bumped before an exit's figures are added, exited_threads after */
 	__u64 slot_overflows; /* events dropped: no free slot in the probe window */
 	__u64 exited_threads;  /* totals carried over from threads that exited */
 	__u64 exited_wait_ns;

@@ -24,6 +24,7 @@ from otel_gil.client import REGISTERED, Registration
 _FIELDS = ("wait_ns", "hold_ns", "acquisitions", "convoy_waits")
 _EXITED = ("exited_wait_ns", "exited_hold_ns", "exited_acquisitions", "exited_convoy_waits")
 EXITED_THREADS = "(exited threads)"
+_HEADER_TRIES = 100
 _RATIO_BUCKETS = (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)
 
 
@@ -37,8 +38,8 @@ class Totals:
 
     Live threads are read from their slots. A thread that exits takes with it what it
     added since the last read; the header's exited totals have it (the BPF side frees
-    the slot first and counts the exit after, and the header is read before the slots,
-    so nothing is counted twice). It goes to that thread's name, or to
+    the slot first and adds the exit after, the header is read before the slots, and
+    only as of no exit half-added: so nothing is counted twice). It goes to that thread's name, or to
     ``(exited threads)`` when several exits are folded at once. The sum over names
     always equals the process's true total.
     """
@@ -58,14 +59,21 @@ class Totals:
         for i, d in enumerate(delta):
             total[i] += d
 
-    def update(self, ring: ringlib.Ring, now_ns: int) -> None:
+    def update(self, ring: ringlib.Ring, now_ns: int) -> bool:
+        """Read ``ring``; False (nothing changed) if an exit was half-added or a slot stayed busy."""
         if ring is not self._ring:  # a new registration: new slots, new exited totals
             self._reset(ring)
-        header = ring.header
-        exited, exits = [getattr(header, f) for f in _EXITED], header.exited_threads
+        exited_totals = _exited(ring.header)
+        if exited_totals is None:
+            return False
+        exited, exits = exited_totals
         names = threads.names()
+        try:
+            slots = list(ring.threads())
+        except ringlib.BusySlot:
+            return False
         live: dict[int, tuple[str, list[int]]] = {}
-        for slot in ring.threads():
+        for slot in slots:
             c = ringlib.counters(slot, now_ns)
             values = [c.wait_ns, c.hold_ns, c.acquisitions, c.convoy_waits]
             old = self._seen.pop(slot.tid, None)
@@ -85,6 +93,19 @@ class Totals:
         if any(remainder):
             self._add(gone[0][0] if folded == len(gone) == 1 else EXITED_THREADS, remainder)
         self._exited, self._exits = exited, exits
+        return True
+
+
+def _exited(header: ringlib.Header) -> Optional[tuple[list[int], int]]:
+    """The header's exited totals and count, as of no exit half-added: the BPF side bumps
+    ``exits_started``, adds the totals, then bumps ``exited_threads``; equal counts read
+    around the totals mean none was in between. None if every try met an exit in progress."""
+    for _ in range(_HEADER_TRIES):
+        exits = header.exited_threads
+        exited = [getattr(header, f) for f in _EXITED]
+        if header.exits_started == exits & 0xFFFFFFFF:
+            return exited, exits
+    return None
 
 
 class GilMetrics:

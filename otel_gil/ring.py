@@ -21,6 +21,7 @@ RING_LEN = 16
 PROBE_LEN = 16
 SLOT_IN_TAKE_GIL = 1
 CLOCK_MONOTONIC = 1
+SNAPSHOT_TRIES = 10_000
 
 _u32 = ctypes.c_uint32
 _u64 = ctypes.c_uint64
@@ -77,7 +78,7 @@ class Header(ctypes.Structure):
         ("gil_cond", _u64),
         ("switch_cond", _u64),
         ("last_release_tid", _u32),
-        ("reserved", _u32),
+        ("exits_started", _u32),
         ("slot_overflows", _u64),
         ("exited_threads", _u64),
         ("exited_wait_ns", _u64),
@@ -110,6 +111,10 @@ _TID_OFFSET = Slot.tid.offset
 
 class LayoutError(Exception):
     """The mapped region is not an otel-gil ring this reader understands."""
+
+
+class BusySlot(Exception):
+    """A slot could not be read consistently (see :meth:`Ring.snapshot`)."""
 
 
 class Counters(NamedTuple):
@@ -277,13 +282,18 @@ class Ring:
         return self._slots[index]
 
     def snapshot(self, index: int) -> Slot:
-        """A consistent copy of another thread's slot (seqlock: retried while being written)."""
+        """A consistent copy of another thread's slot (seqlock: retried while being written).
+
+        Raises BusySlot if every one of ``SNAPSHOT_TRIES`` reads met a write (a writer
+        holds a slot for ~100 ns): a reader never spins for ever on a broken slot.
+        """
         live = self._slots[index]
-        while True:
+        for _ in range(SNAPSHOT_TRIES):
             seq = live.seq
             copy = Slot.from_buffer_copy(live)
             if not seq & 1 and live.seq == seq:
                 return copy
+        raise BusySlot(f"slot {index} was being written during {SNAPSHOT_TRIES} reads (seq {live.seq})")
 
     def threads(self) -> Iterator[Slot]:
         """Consistent copies of every occupied slot."""
