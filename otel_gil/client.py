@@ -40,12 +40,9 @@ def _gil_enabled() -> bool:
 class Registration:
     """This process's link to the collector. ``ring`` is None unless ``status == "ok"``."""
 
-    def __init__(
-        self, socket_path: Optional[str] = None, long_wait_ns: int = 1_000_000, fork_wait_s: float = 2.0
-    ) -> None:
+    def __init__(self, socket_path: Optional[str] = None, long_wait_ns: int = 1_000_000) -> None:
         self.socket_path = socket_path or os.environ.get(OTEL_GIL_SOCKET) or DEFAULT_SOCKET
         self.long_wait_ns = long_wait_ns
-        self.fork_wait_s = fork_wait_s  # a forked child waits this long for its own registration
         self.ring: Optional[Ring] = None
         self.status = PENDING
         self.detail = ""
@@ -60,7 +57,8 @@ class Registration:
             os.register_at_fork(after_in_child=self._after_fork)
 
     def start(self) -> None:
-        if self._thread is None:
+        """Start registering (idempotent: span hooks call it while a forked child is pending)."""
+        if self._thread is None and not self._stop.is_set():
             self._thread = threading.Thread(target=self._run, name="otel-gil-registrar", daemon=True)
             self._thread.start()
 
@@ -79,7 +77,9 @@ class Registration:
         self._set(None, PENDING, "")
 
     def _after_fork(self) -> None:
-        # The child has the parent's socket and ring but not its thread, and a new pid.
+        """The child has the parent's socket and ring but not its thread, and a new pid. It
+        pays nothing now: it registers when it makes its first span (spans say ``pending``
+        until then), so children that make none (multiprocessing, ForkingMixIn) never do."""
         self._lock = threading.Lock()
         if self._sock is not None:
             self._sock.close()  # only the child's copy: the parent's connection stays up
@@ -89,10 +89,6 @@ class Registration:
         self.generation += 1
         self._settled = threading.Event()
         self._thread = None
-        if not self._stop.is_set():
-            self.start()
-            # A pre-fork server's worker serves requests right away: let its first spans have figures.
-            self._settled.wait(self.fork_wait_s)
 
     def _set(self, ring: Optional[Ring], status: str, detail: str) -> None:
         with self._lock:

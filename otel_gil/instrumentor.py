@@ -54,7 +54,7 @@ class GilInstrumentor(BaseInstrumentor):
             return
         long_wait_ms = kwargs.get("long_wait_ms", _env_float(OTEL_GIL_LONG_WAIT_MS, 1.0))
         timeout = kwargs.get("register_timeout_s", _env_float(OTEL_GIL_REGISTER_TIMEOUT_S, 2.0))
-        registration = Registration(kwargs.get("socket_path"), int(long_wait_ms * 1e6), timeout)
+        registration = Registration(kwargs.get("socket_path"), int(long_wait_ms * 1e6))
         registration.start()
         meter = metrics.get_meter(__name__, __version__, kwargs.get("meter_provider"))
         fast = os.environ.get(OTEL_GIL_NO_EXTENSIONS, "").strip().lower() not in ("1", "true", "yes")

@@ -20,7 +20,7 @@ from opentelemetry.trace import SpanKind
 
 from otel_gil import ring as ringlib
 from otel_gil import threads
-from otel_gil.client import REGISTERED, Registration
+from otel_gil.client import PENDING, REGISTERED, Registration
 from otel_gil.metrics import GilMetrics
 
 log = logging.getLogger("otel_gil")
@@ -82,6 +82,8 @@ def snapshot(registration: Registration, metrics: Optional[GilMetrics] = None) -
     cache = _thread_tid(generation)
     now, wall = time.monotonic_ns(), time.time_ns()
     if ring is None or status != REGISTERED:
+        if status == PENDING:
+            registration.start()  # a forked child registers on its first span
         return _Start(registration, None, generation, cache[1], now, wall, ringlib.ZERO, status, metrics)
     return _Start(registration, ring, generation, cache[1], now, wall, _read(ring, cache, now), status, metrics)
 

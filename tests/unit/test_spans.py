@@ -204,13 +204,14 @@ def test_server_spans_feed_the_wait_ratio_histogram(fast):
     ring = make_ring()
     reg = FakeRegistration(ring)
     gil_metrics = GilMetrics(reg, MeterProvider([reader]).get_meter("test"))
-    with hooked(reg, fast, gil_metrics) as (tracer, _, _):
+    with hooked(reg, fast, gil_metrics) as (tracer, _, exporter):
         s = my_slot(ring)
         with tracer.start_as_current_span("GET /io", kind=SpanKind.SERVER, attributes={"http.route": "/io"}):
             s.wait_ns += 8_000_000
             time.sleep(0.01)
         with tracer.start_as_current_span("internal"):
             pass
+    server = next(span for span in exporter.get_finished_spans() if span.name == "GET /io")
     points = {
         m.name: m.data.data_points
         for rm in reader.get_metrics_data().resource_metrics
@@ -219,7 +220,8 @@ def test_server_spans_feed_the_wait_ratio_histogram(fast):
     }
     (point,) = points["gil.wait_ratio"]
     assert point.attributes == {"http.route": "/io"} and point.count == 1
-    assert 0.3 < point.sum < 0.81
+    assert point.sum == pytest.approx(server.attributes["gil.wait_ratio"], rel=1e-9)
+    assert point.sum == pytest.approx(8e6 / (server.end_time - server.start_time), rel=0.01)
     (wait,) = points["gil.wait.time"]
     assert wait.attributes == {"thread.name": threading.current_thread().name}
     assert wait.value == pytest.approx(0.008)
