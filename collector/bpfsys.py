@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import mmap
 import os
 import platform
@@ -102,11 +103,10 @@ def map_id(fd: int) -> int:
 
 
 def map_alive(map_id: int) -> bool:
-    """Whether a BPF map with this id still exists: some process still holds or maps it."""
+    """Whether a BPF map with this id still exists: some process still holds or maps it.
+    True unless the kernel says there is none (out of fds, say, it is counted as alive)."""
     try:
         os.close(_bpf(BPF_MAP_GET_FD_BY_ID, _MapById(map_id=map_id)))
         return True
     except OSError as exc:
-        if exc.errno == 2:  # ENOENT
-            return False
-        raise
+        return exc.errno != errno.ENOENT

@@ -70,9 +70,14 @@ class _Job:
 class _Worker:
     def __init__(self, context) -> None:
         self.conn, theirs = context.Pipe()
-        self.proc = context.Process(target=_work, args=(theirs,), name="otel-gil-planner", daemon=True)
-        self.proc.start()
-        theirs.close()
+        try:
+            self.proc = context.Process(target=_work, args=(theirs,), name="otel-gil-planner", daemon=True)
+            self.proc.start()
+        except BaseException:
+            self.conn.close()
+            raise
+        finally:
+            theirs.close()
         self.job: Optional[_Job] = None
 
 
@@ -94,24 +99,28 @@ class Planner:
         self._per_uid = per_uid
         self._context = multiprocessing.get_context("spawn")  # a fresh interpreter: no bcc, no threads
         self._queue: deque[_Job] = deque()
-        self._workers = [self._spawn() for _ in range(workers)]
+        self._size = workers
+        self._workers: list[_Worker] = []
         self._dying: list[multiprocessing.Process] = []
+        self._top_up()
 
-    def _spawn(self) -> _Worker:
-        worker = _Worker(self._context)
-        self._sel.register(worker.conn, selectors.EVENT_READ, lambda _: self._answered(worker))
-        return worker
-
-    def waiting(self, uid: int) -> int:
-        """Requests of ``uid`` queued or being planned."""
-        return sum(j.uid == uid for j in self._queue) + sum(w.job is not None and w.job.uid == uid for w in self._workers)
+    def _top_up(self) -> None:
+        """Start workers until there are ``workers`` (a failure, e.g. out of fds, is retried next tick)."""
+        while len(self._workers) < self._size:
+            try:
+                worker = _Worker(self._context)
+            except OSError as exc:
+                log.warning("cannot start a worker to locate probes (%s); retrying", exc)
+                return
+            self._sel.register(worker.conn, selectors.EVENT_READ, lambda _, w=worker: self._answered(w))
+            self._workers.append(worker)
 
     def submit(self, key: Hashable, uid: int, pid: int, gil_enabled: bool) -> None:
         self._queue.append(_Job(key, uid, pid, gil_enabled))
         self._dispatch()
 
     def _dispatch(self) -> None:
-        for worker in self._workers:
+        for worker in list(self._workers):
             if worker.job is not None:
                 continue
             busy = {}
@@ -122,9 +131,14 @@ class Planner:
             if job is None:
                 return
             self._queue.remove(job)
+            try:
+                worker.conn.send_bytes(json.dumps([job.pid, job.gil_enabled]).encode())
+            except OSError:  # the worker died: a new one takes the request
+                self._queue.appendleft(job)
+                self._replace(worker)
+                return
             job.deadline = time.monotonic() + self._timeout_s
             worker.job = job
-            worker.conn.send_bytes(json.dumps([job.pid, job.gil_enabled]).encode())
 
     def _answered(self, worker: _Worker) -> None:
         job, worker.job = worker.job, None
@@ -146,7 +160,8 @@ class Planner:
         worker.conn.close()
         worker.proc.kill()
         self._dying.append(worker.proc)
-        self._workers[self._workers.index(worker)] = self._spawn()
+        self._workers.remove(worker)
+        self._top_up()
 
     def tick(self) -> None:
         """Kill workers past their request's deadline (that request gets a timeout), reap the dead."""
@@ -164,6 +179,7 @@ class Planner:
                     "(a file that does not answer, e.g. on a stalled FUSE mount?)",
                 ))
         self._dying = [p for p in self._dying if p.is_alive()]  # is_alive() reaps without blocking
+        self._top_up()
         self._dispatch()
 
     def close(self) -> None:

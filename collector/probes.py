@@ -40,7 +40,7 @@ class UnsupportedProcess(Exception):
 
 @dataclass(frozen=True)
 class Probe:
-    path: str  # as the collector opens it: /proc/<pid>/root/<path in the process>
+    path: str  # the mapped file itself, /proc/<pid>/map_files/<range>: attaching walks no path of the client's
     offset: int  # file offset of the probed instruction
     handler: str  # BPF function in gil.bpf.c
     bootstrap: bool = False  # detached once the condition variables are learned
@@ -58,6 +58,7 @@ class ProbePlan:
 class _Mapping:
     path: str
     inode: int
+    range: str  # start-end of its first mapping, as /proc/<pid>/map_files names it
 
 
 def _mapped_files(pid: int) -> list[_Mapping]:
@@ -70,7 +71,7 @@ def _mapped_files(pid: int) -> list[_Mapping]:
     for line in lines:
         parts = line.split(maxsplit=5)
         if len(parts) == 6 and parts[5].startswith("/"):
-            seen.setdefault(parts[5], _Mapping(parts[5], int(parts[4])))
+            seen.setdefault(parts[5], _Mapping(parts[5], int(parts[4]), parts[0]))
     return list(seen.values())
 
 
@@ -81,6 +82,12 @@ def _host_path(pid: int, mapping: _Mapping) -> str:
             f"{mapping.path}: the file was replaced on disk since the process started; restart it",
         )
     return f"/proc/{pid}/root{mapping.path}"
+
+
+def _mapped_file(pid: int, mapping: _Mapping) -> str:
+    """The file ``mapping`` maps, as a magic link: a uprobe attached through it resolves no
+    component of the client's path (a FUSE mount there could stall the lookup)."""
+    return f"/proc/{pid}/map_files/{mapping.range}"
 
 
 def _interpreter(pid: int, maps: list[_Mapping], gil_enabled: bool) -> _Mapping:
@@ -196,10 +203,10 @@ def plan(pid: int, gil_enabled: bool = False) -> ProbePlan:
     if "PyEval_SaveThread" not in py.dynamic and not py.has_symtab:
         raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, f"pid {pid} ({interp.path}) is not a Python process")
     take_gil, how = locate_take_gil(py, interp_path, f"/proc/{pid}/root")
-    probes = [Probe(interp_path, take_gil, "take_gil_entry", bootstrap=True)]
+    probes = [Probe(_mapped_file(pid, interp), take_gil, "take_gil_entry", bootstrap=True)]
     for name, handler in (("pthread_cond_signal", "cond_signal"), ("pthread_cond_timedwait", "cond_timedwait")):
         sym = c.dynamic.get(name)
         if sym is None:
             raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, f"{libc.path} exports no default {name}")
-        probes.append(Probe(libc_path, sym.offset, handler))
+        probes.append(Probe(_mapped_file(pid, libc), sym.offset, handler))
     return ProbePlan(interp.path, tuple(probes), stride, how)

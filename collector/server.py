@@ -49,7 +49,7 @@ class _Request:
     pid: int
     uid: int
     pidfd: int
-    hello: "Hello"
+    hello: Hello
 
 
 @dataclass
@@ -213,7 +213,10 @@ class Server:
                 except Exception:  # one client's trouble never stops the others being served
                     log.exception("handling %s failed; dropping it", key.fileobj)
                     self._forget(key.fileobj)
-            self._tick()
+            try:
+                self._tick()
+            except Exception:
+                log.exception("housekeeping failed; serving on")
 
     def _forget(self, fileobj) -> None:
         fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
@@ -303,8 +306,8 @@ class Server:
         try:
             hello = parse_hello(msg)
             pid, uid, pidfd = _peer(conn, pending.accepted)
-        except (protocol.ProtocolError, Refused) as exc:
-            self._reply_error(conn, exc.code, str(exc))
+        except Exception as exc:  # malformed, refused, or out of fds for the pidfd
+            self._reply_error(conn, getattr(exc, "code", protocol.INTERNAL), str(exc))
             conn.close()
             return
         try:
@@ -327,15 +330,21 @@ class Server:
         return len(ids)
 
     def _admit(self, uid: int) -> None:
-        """Refuse a registration over ``uid``'s quota or the collector's limit of live rings."""
-        mine = self._live_rings(uid) + sum(r.uid == uid for r in self._requests.values())
+        """Refuse a registration over ``uid``'s quota or the collector's limit of live rings
+        (rings are checked alive only when a count reaches its limit)."""
+        requests = sum(r.uid == uid for r in self._requests.values())
+        mine = len(self._rings.get(uid, ())) + requests
+        if mine >= self.max_per_uid:
+            mine = self._live_rings(uid) + requests
         if mine >= self.max_per_uid:
             raise Refused(
                 protocol.TOO_MANY_PROCESSES,
                 f"uid {uid} holds {mine} GIL rings or registrations already (--max-processes-per-uid "
                 f"{self.max_per_uid}); a process that re-registers should close its old ring",
             )
-        total = sum(self._live_rings(u) for u in list(self._rings)) + len(self._requests)
+        total = sum(map(len, self._rings.values())) + len(self._requests)
+        if total >= self.tracer.max_processes:
+            total = sum(self._live_rings(u) for u in list(self._rings)) + len(self._requests)
         if total >= self.tracer.max_processes:
             raise Refused(
                 protocol.TOO_MANY_PROCESSES,
@@ -373,6 +382,11 @@ class Server:
             traced = self.tracer.add(pid, plan, request.hello.long_wait_ns, request.hello.convoy_ns)
         except OSError as exc:
             raise Refused(protocol.ATTACH_FAILED, f"attaching probes failed: {exc}") from None
+        try:
+            ring_id = map_id(traced.slots.fd)
+        except OSError:
+            self.tracer.remove(pid)
+            raise
         if not _alive(request.pidfd):  # alive now: the pid was the peer's while probes were attached
             self.tracer.remove(pid)
             raise Refused(protocol.PROCESS_GONE, f"pid {pid} exited during its registration")
@@ -386,7 +400,7 @@ class Server:
         except OSError:
             self.tracer.remove(pid)
             raise Refused(protocol.PROCESS_GONE, f"pid {pid} hung up during registration") from None
-        self._rings.setdefault(uid, set()).add(map_id(traced.slots.fd))
+        self._rings.setdefault(uid, set()).add(ring_id)
         return _Client(pid, uid, conn, request.pidfd, traced)
 
     def _client_readable(self, pid: int, conn: socket.socket) -> None:
