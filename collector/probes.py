@@ -58,7 +58,7 @@ class ProbePlan:
 class _Mapping:
     path: str
     inode: int
-    range: str  # start-end of its first mapping, as /proc/<pid>/map_files names it
+    range: str  # start-end of its first mapping, as /proc/<pid>/maps shows it
 
 
 def _mapped_files(pid: int) -> list[_Mapping]:
@@ -87,7 +87,8 @@ def _host_path(pid: int, mapping: _Mapping) -> str:
 def _mapped_file(pid: int, mapping: _Mapping) -> str:
     """The file ``mapping`` maps, as a magic link: a uprobe attached through it resolves no
     component of the client's path (a FUSE mount there could stall the lookup)."""
-    return f"/proc/{pid}/map_files/{mapping.range}"
+    start, end = (int(bound, 16) for bound in mapping.range.split("-"))
+    return f"/proc/{pid}/map_files/{start:x}-{end:x}"  # maps pads to 8 digits, map_files does not
 
 
 def _interpreter(pid: int, maps: list[_Mapping], gil_enabled: bool) -> _Mapping:
