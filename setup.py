@@ -1,18 +1,20 @@
-"""The optional C span hooks (otel_gil/_fastspan.c); everything else is in pyproject.toml.
+"""otel_gil's optional C parts; everything else is in pyproject.toml.
 
-Without a C compiler the build goes on without them and otel_gil uses the same
-hooks in Python, which cost more per span.
+- ``otel_gil._inprocess``: the in-process writer of the GIL slots (GOT hooks), the
+  backend that needs no root. Without it only the collector can measure.
+- ``otel_gil._fastspan``: the span hooks in C. Without them otel_gil uses the same
+  hooks in Python, which cost more per span.
+
+Without a C compiler the build goes on without them. Both include
+collector/gil_layout.h, the slot layout the BPF side writes too.
 """
 
 from setuptools import Extension, setup
 
 setup(
     ext_modules=[
-        Extension(
-            "otel_gil._fastspan",
-            ["otel_gil/_fastspan.c"],
-            include_dirs=["collector"],  # gil_layout.h: the slot layout the BPF side writes
-            optional=True,
-        )
+        Extension(f"otel_gil.{name}", [f"otel_gil/{name}.c"], include_dirs=["collector"], optional=True,
+                  depends=["collector/gil_layout.h", "collector/gil_writer.h"])
+        for name in ("_inprocess", "_fastspan")
     ]
 )

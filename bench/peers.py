@@ -11,7 +11,8 @@ reading against the truth) and once with a pipe-pinging worker thread (overhead:
 its ops/s against no instrumentation):
   none           no instrumentation
   otel           OpenTelemetry SDK, a span per victim wake-up and one over the hog's run
-  otel+otel-gil  the same with otel-gil (collector running): reading = the spans' gil.*
+  otel+gil-inprocess  the same with otel-gil, in-process backend: reading = the spans' gil.*
+  otel+gil-collector  the same with otel-gil, collector backend (collector running)
   py-spy         `py-spy record --gil --idle --threads --rate 100` attached for the run:
                  reading = the hog's share of GIL-holding samples
   gilknocker     KnockKnock(polling_interval_micros=1000) in-process: reading = its
@@ -40,7 +41,7 @@ import results  # noqa: E402
 import stack  # noqa: E402
 
 WORKLOAD = Path(__file__).with_name("peers_workload.py")
-MODES = ("none", "otel", "otel+otel-gil", "py-spy", "gilknocker")
+MODES = ("none", "otel", "otel+gil-inprocess", "otel+gil-collector", "py-spy", "gilknocker")
 PYSPY_RATE = 100
 BIN = Path(sys.executable).parent
 

@@ -1,6 +1,7 @@
 """The ground-truth workload of bench/peers.py, run once per mode in its own process.
 
-Usage: peers_workload.py MODE SECONDS [worker]   (MODE: none, otel, otel+otel-gil, gilknocker, py-spy)
+Usage: peers_workload.py MODE SECONDS [worker]
+    (MODE: none, otel, otel+gil-inprocess, otel+gil-collector, gilknocker, py-spy)
 
 Threads: a hog that every 50 ms wakes two victims (a byte on each one's pipe) and
 then holds the GIL for 20 ms in a ``ctypes.PyDLL`` call, clock_nanosleep to an absolute
@@ -33,7 +34,7 @@ class Timespec(ctypes.Structure):
 mode, seconds, with_worker = sys.argv[1], float(sys.argv[2]), sys.argv[3:] == ["worker"]
 libc = ctypes.PyDLL(None)  # calls keep the GIL
 tracer = None
-if mode in ("otel", "otel+otel-gil"):
+if mode.startswith("otel"):
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -41,11 +42,11 @@ if mode in ("otel", "otel+otel-gil"):
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    if mode == "otel+otel-gil":
+    if mode.startswith("otel+gil-"):
         from otel_gil import GilInstrumentor
 
-        GilInstrumentor().instrument(tracer_provider=provider, register_timeout_s=30)
-        assert GilInstrumentor._registration.status == "ok", GilInstrumentor._registration.detail
+        GilInstrumentor().instrument(tracer_provider=provider, backend=mode[len("otel+gil-"):], register_timeout_s=30)
+        assert GilInstrumentor._backend.status == "ok", GilInstrumentor._backend.detail
     tracer = provider.get_tracer("peers")
 knocker = None
 if mode == "gilknocker":
@@ -132,12 +133,12 @@ out = {"mode": mode, "wall_ns": wall_ns, "truth": truth, "ops_per_s": ops[0] / (
 if knocker is not None:
     knocker.stop()
     out["gilknocker_contention"] = knocker.contention_metric
-if mode == "otel+otel-gil":
+if mode.startswith("otel+gil-"):
     spans = exporter.get_finished_spans()
     out["otel_gil"] = {
         "hog_hold_ns": sum(s.attributes["gil.hold_ms"] for s in spans if s.name == "hog") * 1e6,
         "victim_wait_ns": [sum(s.attributes["gil.wait_ms"] for s in spans
-                               if s.name == "wake" and s.attributes["thread.id"] == tids[f"victim-{i}"]) * 1e6
+                               if s.name == "wake" and s.attributes["thread.name"] == f"victim-{i}") * 1e6
                            for i in range(2)],
     }
 print(json.dumps(out), flush=True)

@@ -1,6 +1,6 @@
 """In-process cost of otel-gil per span: OpenTelemetry alone vs OpenTelemetry + otel-gil.
 
-    sudo .venv/bin/python bench/spancost.py [--spans 2000] [--blocks 30] [--rounds 5]
+    .venv/bin/python bench/spancost.py [--spans 2000] [--blocks 30] [--rounds 5]
 
 The machine's speed drifts by more than the cost measured here from one minute
 (and one process) to the next, so the modes are compared inside one process, in
@@ -11,10 +11,14 @@ in a SimpleSpanProcessor to an exporter that drops spans:
   otel+empty-processor  one more span processor whose hooks do nothing (in C):
                      what the SDK's calls to any processor cost, otel-gil's floor
   otel+otel-gil      otel-gil's processor and Span.end wrapper in C
-                     (otel_gil/_fastspan.c), registered with a running collector:
+                     (otel_gil/_fastspan.c), the in-process backend writing the
+                     slots (which writer fills them makes no difference here):
                      it reads the thread's slot at start and end and sets the
                      gil.* attributes
   otel+otel-gil[py]  the same with the Python hooks (what OTEL_GIL_NO_EXTENSIONS=1 selects)
+  server             a server span (kind SERVER, http.route), the SDK alone
+  server+otel-gil    the same with otel-gil's C hooks and metrics: the figures, and
+                     the span's wait ratio counted into the gil.wait_ratio histogram
 The wrapper on Span.end is put on and taken off between blocks, as a mode needs.
 Each round is a fresh process; a round's figure per mode is its median block,
 the cost is the median over rounds of (mode - otel). Writes the section "span
@@ -29,19 +33,21 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 import results  # noqa: E402
-import stack  # noqa: E402
 
 CHILD = r"""
 import json, statistics, sys, time
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
-from otel_gil.client import Registration
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.trace import SpanKind
+from otel_gil.inprocess import InProcess
+from otel_gil.metrics import GilMetrics
 from otel_gil.spans import GilSpanProcessor, unwrap_span_end, wrap_span_end
 
 class Drop(SpanExporter):
@@ -50,17 +56,18 @@ class Drop(SpanExporter):
         Drop.last = spans[-1]
         return SpanExportResult.SUCCESS
 
-sock, n, blocks = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-registration = Registration(sock)
+n, blocks = int(sys.argv[1]), int(sys.argv[2])
+registration = InProcess()
 registration.start()
-registration.wait(30)
 assert registration.status == "ok", registration.detail
+metrics = GilMetrics(registration, MeterProvider([InMemoryMetricReader()]).get_meter("bench"))
 modes = {}
-for mode, fast in (("otel", None), ("otel+empty-processor", None), ("otel+otel-gil", True), ("otel+otel-gil[py]", False)):
+for mode, fast in (("otel", None), ("otel+empty-processor", None), ("otel+otel-gil", True), ("otel+otel-gil[py]", False),
+                   ("server", None), ("server+otel-gil", True)):
     provider = TracerProvider()
     hook = None
     if fast is not None:
-        hook = GilSpanProcessor(registration, fast=fast)
+        hook = GilSpanProcessor(registration, metrics if mode.startswith("server") else None, fast=fast)
         assert hook._hooks is not None or not fast, "otel_gil._fastspan is not built: pip install -e ."
         provider.add_span_processor(hook)
     if mode == "otel+empty-processor":  # its three hooks are C no-ops: what the SDK's calls alone cost
@@ -70,13 +77,16 @@ for mode, fast in (("otel", None), ("otel+empty-processor", None), ("otel+otel-g
     provider.add_span_processor(SimpleSpanProcessor(Drop()))
     modes[mode] = (provider.get_tracer("bench"), hook)
 
+SERVER = {"kind": SpanKind.SERVER, "attributes": {"http.route": "/io"}}
+
 def block(mode):
     tracer, hook = modes[mode]
     if hook is not None:
         wrap_span_end(hook)
+    kwargs = SERVER if mode.startswith("server") else {}
     t0 = time.perf_counter_ns()
     for _ in range(n):
-        tracer.start_span("op").end()
+        tracer.start_span("op", **kwargs).end()
     took = (time.perf_counter_ns() - t0) / n
     if hook is not None:
         unwrap_span_end()
@@ -91,12 +101,12 @@ for i in range(blocks):
         times[mode].append(block(mode))
 print(json.dumps({mode: statistics.median(t) for mode, t in times.items()}))
 """
-MODES = ("otel", "otel+empty-processor", "otel+otel-gil", "otel+otel-gil[py]")
+MODES = ("otel", "otel+empty-processor", "otel+otel-gil", "otel+otel-gil[py]", "server", "server+otel-gil")
 
 
-def run(sock: str, spans: int, blocks: int) -> dict:
+def run(spans: int, blocks: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", CHILD, sock, str(spans), str(blocks)],
+    done = subprocess.run([sys.executable, "-c", CHILD, str(spans), str(blocks)],
                           capture_output=True, text=True, env=env)
     if done.returncode:
         raise RuntimeError(f"the benchmark process failed:\n{done.stderr}")
@@ -109,19 +119,14 @@ def main() -> int:
     parser.add_argument("--blocks", type=int, default=30, help="blocks per mode and round")
     parser.add_argument("--rounds", type=int, default=5, help="fresh processes")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="otel-gil-bench-"))
-    sock = str(work / "gil.sock")
-    collector = stack.start_collector(sock, work / "collector.log")
     raw: dict[str, list[float]] = {m: [] for m in MODES}
-    try:
-        for i in range(args.rounds):
-            for mode, ns in run(sock, args.spans, args.blocks).items():
-                raw[mode].append(ns)
-            print(f"round {i + 1}/{args.rounds}: " + ", ".join(f"{m} {raw[m][-1]:.0f} ns" for m in MODES), flush=True)
-    finally:
-        collector.stop()
+    for i in range(args.rounds):
+        for mode, ns in run(args.spans, args.blocks).items():
+            raw[mode].append(ns)
+        print(f"round {i + 1}/{args.rounds}: " + ", ".join(f"{m} {raw[m][-1]:.0f} ns" for m in MODES), flush=True)
     med = {m: statistics.median(raw[m]) for m in MODES}
-    added = {m: statistics.median(a - o for a, o in zip(raw[m], raw["otel"])) for m in MODES}
+    added = {m: statistics.median(a - o for a, o in zip(raw[m], raw["server" if m.startswith("server") else "otel"]))
+             for m in MODES}
     results.OUT.mkdir(exist_ok=True)
     (results.OUT / "spancost.json").write_text(json.dumps(raw, indent=1))
     c, floor = added["otel+otel-gil"], added["otel+empty-processor"]
@@ -143,6 +148,10 @@ def main() -> int:
         f"(`otel+empty-processor`, the floor of any span processor); above that floor otel-gil costs "
         f"**{(c - floor) / 1000:.2f} µs**: the replacement of `Span.end`, two reads of the thread's slot and eight "
         "attributes set.",
+        "",
+        f"A server span's whole cost, the `gil.wait_ratio` histogram included: **{added['server+otel-gil'] / 1000:.2f} µs**, "
+        f"{100 * added['server+otel-gil'] / med['server']:.1f} % of the SDK's own server span (target ≤ 8 %: "
+        f"{'met' if added['server+otel-gil'] <= 0.08 * med['server'] else 'not met'}).",
     ])
     results.write_section("span cost", body)
     print(body)

@@ -14,7 +14,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from otel_gil import blame as blamelib
 from otel_gil import ring as ringlib
+from otel_gil_collector import threadnames
 
 LONG_NS = 1_000_000  # a hold or wait this long is drawn and listed one by one
 NAMES_EVERY_NS = 500_000_000
@@ -39,8 +41,9 @@ class ThreadTrace:
     _seen_waits: int = 0
 
 
-def thread_names(pid: int) -> dict[int, str]:
-    """Thread id (in the process's own pid namespace) -> name, from /proc."""
+def proc_thread_names(pid: int) -> dict[int, str]:
+    """Thread id (in the process's own pid namespace) -> name, from /proc (the OS's names:
+    CPython sets them from ``threading`` only from 3.14, cut at 15 characters)."""
     names: dict[int, str] = {}
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
@@ -91,7 +94,11 @@ class Attachment:
         self.start_ns = time.monotonic_ns()
         self.threads: dict[int, ThreadTrace] = {}
         self.present: set[int] = set()  # threads with a slot at the last poll
+        self.holds: list[ringlib.Hold] = []  # the process's hold log, as read so far
+        self.holds_lost = 0  # polls that found older holds already overwritten
         self._names_at = 0
+        self.names_from = "threading"  # or why /proc's names are shown instead
+        self._progress = progress
         progress(f"attached to pid {pid} ({self.plan.interpreter}, take_gil found by {self.plan.located_by})")
 
     def __enter__(self) -> "Attachment":
@@ -111,12 +118,34 @@ class Attachment:
     def header(self) -> ringlib.Header:
         return self._traced.view.header
 
+    @property
+    def located(self) -> bool:
+        """Whether the GIL's condition variables are learned: no figure means anything before."""
+        return self._traced.learned
+
+    def not_located(self) -> str:
+        return (f"gil_not_located: no GIL hand-off of pid {self.pid} was seen through the probes "
+                f"({', '.join(sorted({p.path for p in self.plan.probes}))}), so there are no figures")
+
+    def thread_names(self) -> dict[int, str]:
+        """Thread id -> name as ``threading`` has it (read from the process's memory); threads
+        it does not know, and every thread if the memory cannot be read, by /proc's name."""
+        names = proc_thread_names(self.pid)
+        try:
+            names.update(threadnames.read(self.pid, self.plan.interpreter, self.plan.interpreter_file))
+            self.names_from = "threading"
+        except threadnames.Unreadable as exc:
+            if self.names_from == "threading":
+                self._progress(f"thread names from /proc: threading's are unreadable ({exc})")
+            self.names_from = f"/proc (threading's are unreadable: {exc})"
+        return names
+
     def poll(self) -> int:
         """Read every thread's slot now; returns the time read (CLOCK_MONOTONIC ns)."""
         self._tracer.finish_bootstrap()
         now = time.monotonic_ns()
         if now - self._names_at > NAMES_EVERY_NS:
-            for tid, name in thread_names(self.pid).items():
+            for tid, name in self.thread_names().items():
                 self.threads.setdefault(tid, ThreadTrace(tid)).name = name
             self._names_at = now
         present = set()
@@ -134,4 +163,28 @@ class Attachment:
             t._seen_holds, t._seen_waits = slot.long_holds, slot.long_waits
             present.add(slot.tid)
         self.present = present
+        new, complete = self._traced.view.holds_since(self.holds[-1].end_ns if self.holds else 0)
+        self.holds += new
+        self.holds_lost += not complete and bool(self.holds)
         return now
+
+    def forget(self, before_ns: int) -> None:
+        """Drop the long holds and waits that ended before ``before_ns``, and the holds no kept
+        wait needs (a live view keeps only what it shows)."""
+        cutoff = before_ns
+        for t in self.threads.values():
+            t.holds = [h for h in t.holds if h[1] >= before_ns]
+            t.waits = [w for w in t.waits if w.end_ns >= before_ns]
+            cutoff = min([cutoff, *(w.start_ns for w in t.waits)])
+        self.holds = [h for h in self.holds if h.end_ns >= cutoff]
+
+    def waited_on(self, tid: int, since_ns: int = 0) -> list[tuple[int, int]]:
+        """(blocker tid, ns) for the long waits of ``tid`` that ended after ``since_ns``: which
+        threads held the GIL while it waited, by time held, most first."""
+        log = blamelib.HoldLog(self.holds)
+        total: dict[int, int] = {}
+        for w in self.threads[tid].waits:
+            if w.end_ns > since_ns:
+                for blocker, ns in log.blame(w).held_by:
+                    total[blocker] = total.get(blocker, 0) + ns
+        return sorted(total.items(), key=lambda item: item[1], reverse=True)

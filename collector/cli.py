@@ -1,8 +1,9 @@
 """otel-gil: the user's command line.
 
 Examples:
-    otel-gil check                                  # can this process register and get figures?
-    otel-gil check --socket /tmp/otel-gil.sock
+    otel-gil check                                  # which backend would an app use, and do figures flow?
+    otel-gil check --backend inprocess              # the in-process hooks (no root, no collector)
+    otel-gil check --backend collector --socket /tmp/otel-gil.sock
     sudo otel-gil report --pid 1234 --duration 10s  # per-thread GIL figures of any Python process
     sudo otel-gil report --pid 1234 --json
     sudo otel-gil report --pid 1234 --timeline gil.html  # which thread held the GIL when
@@ -17,27 +18,26 @@ import threading
 import time
 
 from otel_gil import ring as ringlib
-from otel_gil.client import REGISTERED, Registration
+from otel_gil import backend
+from otel_gil.client import REGISTERED
 
 
 def _check(args: argparse.Namespace) -> int:
-    reg = Registration(args.socket)
-    reg.start()
-    if not reg.wait(args.timeout):
-        print(f"no answer from the collector within {args.timeout:.0f} s", file=sys.stderr)
-        return 1
+    reg = backend.start(args.backend, args.socket, 1_000_000, args.timeout)
     if reg.status != REGISTERED:
-        print(f"not registered ({reg.status}): {reg.detail}", file=sys.stderr)
+        print(f"no GIL figures with the {reg.kind} backend ({reg.status}): {reg.detail or 'no answer in time'}",
+              file=sys.stderr)
         return 1
     tid = threading.get_native_id()
     t0 = time.monotonic()
     for _ in range(100):
-        time.sleep(0)  # GIL hand-offs the collector must see
+        time.sleep(0)  # GIL hand-offs the backend must see
     ring = reg.ring
     index = ring.find(tid)
     got = ringlib.counters(ring.slot(index), time.monotonic_ns()) if index >= 0 else ringlib.ZERO
     reg.stop()
-    print(f"registered with {reg.socket_path}: {ring.nslots} thread slots")
+    where = f"the collector at {reg.socket_path}" if reg.kind == backend.COLLECTOR else "in-process GOT hooks"
+    print(f"backend: {reg.kind} ({where}), {ring.nslots} thread slots")
     print(f"this thread: {got.acquisitions} GIL acquisitions, held {got.hold_ns / 1e6:.3f} ms "
           f"of {(time.monotonic() - t0) * 1e3:.3f} ms")
     return 0 if got.acquisitions >= 100 else 1
@@ -98,9 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         epilog="\n\n".join(__doc__.split("\n\n")[1:]), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    check = sub.add_parser("check", help="register with the collector and verify figures flow")
+    check = sub.add_parser("check", help="start the backend an app would use (auto: the collector if it answers, "
+                           "else in-process) and verify figures flow")
+    check.add_argument("--backend", choices=backend.KINDS, help="default $OTEL_GIL_BACKEND or auto")
     check.add_argument("--socket", help="collector socket (default $OTEL_GIL_SOCKET or /run/otel-gil/otel-gil.sock)")
-    check.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the collector")
+    check.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the collector's answer")
     check.set_defaults(func=_check)
     rep = sub.add_parser("report", help="per-thread GIL wait and hold of a running Python process (root)")
     rep.add_argument("--pid", type=int, required=True, help="the process to attach to")

@@ -26,7 +26,7 @@ _SYM = struct.Struct("<IBBHQQ")
 _VERSYM = struct.Struct("<H")
 _NOTE = struct.Struct("<III")
 _SHT_SYMTAB, _SHT_DYNSYM, _SHT_GNU_VERSYM = 2, 11, 0x6FFFFFFF
-_STT_FUNC, _STT_GNU_IFUNC = 2, 10
+_STT_OBJECT, _STT_FUNC, _STT_GNU_IFUNC = 1, 2, 10
 _PT_LOAD, _PT_NOTE = 1, 4
 _PF_X = 1
 _NT_GNU_BUILD_ID = 3
@@ -55,6 +55,7 @@ class ElfInfo:
     has_symtab: bool
     functions: dict[str, Symbol]  # .symtab functions, local ones included
     dynamic: dict[str, Symbol]  # .dynsym functions, default symbol version only
+    data: dict[str, Symbol]  # data objects (.dynsym, default version, then .symtab): _PyRuntime, PyDict_Type...
     build_id: str  # hex, "" if the file has none
     loads: tuple[tuple[int, int, int, bool], ...]  # PT_LOAD (vaddr, memsz, offset, executable)
 
@@ -99,9 +100,11 @@ def _parse(data) -> ElfInfo:
     sections = [_unpack(_SHDR, data, shoff + i * shentsize) for i in range(shnum)]
     versym = next((s for s in sections if s[1] == _SHT_GNU_VERSYM), None)
 
-    def table(kind: int) -> dict[str, Symbol]:
-        """Functions of the first section of ``kind`` (real files have one): never table x tables."""
+    def table(kind: int) -> tuple[dict[str, Symbol], dict[str, Symbol]]:
+        """(functions, data objects) of the first section of ``kind`` (real files have one):
+        never table x tables."""
         out: dict[str, Symbol] = {}
+        objects: dict[str, Symbol] = {}
         sec = next((s for s in sections if s[1] == kind), None)
         if sec is not None and sec[6] < len(sections):
             strtab = sections[sec[6]]
@@ -111,7 +114,7 @@ def _parse(data) -> ElfInfo:
                 raise ElfLookupError(f"{count} symbols in one table (at most {MAX_SYMBOLS} are read)")
             for i in range(count):
                 st_name, st_info, _, st_shndx, st_value, st_size = _unpack(_SYM, data, sec[4] + i * _SYM.size)
-                if st_info & 0xF not in (_STT_FUNC, _STT_GNU_IFUNC) or not st_value or not st_shndx:
+                if st_info & 0xF not in (_STT_OBJECT, _STT_FUNC, _STT_GNU_IFUNC) or not st_value or not st_shndx:
                     continue
                 if kind == _SHT_DYNSYM and versym is not None:
                     (ver,) = _unpack(_VERSYM, data, versym[4] + 2 * i)
@@ -120,13 +123,16 @@ def _parse(data) -> ElfInfo:
                 name = _cstr(names, st_name)
                 for vaddr, memsz, off, _ in loads:
                     if vaddr <= st_value < vaddr + memsz:
-                        out.setdefault(name, Symbol(name, st_value, st_value - vaddr + off, st_size))
+                        into = objects if st_info & 0xF == _STT_OBJECT else out
+                        into.setdefault(name, Symbol(name, st_value, st_value - vaddr + off, st_size))
                         break
-        return out
+        return out, objects
 
-    functions = table(_SHT_SYMTAB)
+    functions, local_data = table(_SHT_SYMTAB)
+    dynamic, data = table(_SHT_DYNSYM)
     return ElfInfo(
-        MACHINES.get(machine, f"EM_{machine}"), bool(functions), functions, table(_SHT_DYNSYM), build_id, tuple(loads)
+        MACHINES.get(machine, f"EM_{machine}"), bool(functions), functions, dynamic, {**local_data, **data},
+        build_id, tuple(loads),
     )
 
 

@@ -1,6 +1,7 @@
 /* GIL hand-off tracing for the processes registered with otel-gil-collector.
  *
- * Probes (all attached per registered pid, never host-wide, no uretprobe):
+ * What each event writes: collector/gil_writer.h, which the in-process backend
+ * compiles too. Probes (all attached per registered pid, never host-wide, no uretprobe):
  *   take_gil entry            bootstrap only: marks the thread until the GIL's
  *                             two condition variables are learned, then detached
  *   pthread_cond_signal       on gil->cond: release (drop_gil, even inlined);
@@ -15,7 +16,7 @@
 #include "gil_layout.h"
 
 /* Template for the per-process slot arrays; every inner map has its shape. */
-BPF_F_TABLE("array", u32, struct gil_slot, slots_template, GIL_NSLOTS + 1, BPF_F_MMAPABLE);
+BPF_F_TABLE("array", u32, struct gil_slot, slots_template, GIL_NSLOTS + 1 + GIL_HOLD_PAGES, BPF_F_MMAPABLE);
 
 /* Registered tgid -> that process's slot array (the only pids we trace). */
 BPF_HASH_OF_MAPS(procs, u32, "slots_template", GIL_MAX_PROCS);
@@ -34,6 +35,25 @@ static __always_inline void seq_bump(struct gil_slot *s)
 	__sync_fetch_and_add(&s->seq, 1);
 #endif
 }
+
+/* The event logic both writers share (collector/gil_writer.h), on this side's primitives. */
+#define GIL_INLINE static __always_inline
+#define GIL_SEQ_BUMP(s) seq_bump(s)
+#define GIL_HOLD_PAGE(slots, i) hold_page(slots, i)
+#define GIL_LOG2(x) (bpf_log2l(x) - 1) /* bcc's bpf_log2l is floor(log2) + 1 */
+#ifdef GIL_TSO
+#define GIL_PUBLISH(p, v) ({ asm volatile("" ::: "memory"); *(volatile u64 *)(p) = (v); })
+#else
+#define GIL_PUBLISH(p, v) __sync_fetch_and_add((p), 1)
+#endif
+
+static __always_inline struct gil_hold_page *hold_page(void *slots, u32 page)
+{
+	u32 idx = GIL_NSLOTS + 1 + page;
+	return bpf_map_lookup_elem(slots, &idx);
+}
+
+#include "gil_writer.h"
 
 static __always_inline struct gil_header *header_of(void *slots)
 {
@@ -86,76 +106,12 @@ static __always_inline struct gil_slot *slot_get(void *slots, struct gil_header 
 			break;
 		/* tid and flags share one 8-byte word: claim it only while both are 0. */
 		if (s->tid == 0 && __sync_val_compare_and_swap((u64 *)&s->tid, 0, tid) == 0) {
-			seq_bump(s);
-			s->wait_ns = 0;
-			s->hold_ns = 0;
-			s->acquisitions = 0;
-			s->convoy_waits = 0;
-			s->long_waits = 0;
-			s->long_holds = 0;
-			s->wait_start_ns = 0;
-			s->acquired_ns = 0;
-			__builtin_memset(s->hist, 0, sizeof(s->hist));
-			seq_bump(s);
+			gil_slot_reset(s);
 			return s;
 		}
 	}
 	__sync_fetch_and_add(&h->slot_overflows, 1);
 	return NULL;
-}
-
-static __always_inline void on_release(struct gil_header *h, struct gil_slot *s, u32 tid, u64 now)
-{
-	seq_bump(s);
-	if (s->acquired_ns) {
-		u64 hold = now - s->acquired_ns;
-		s->hold_ns += hold;
-		if (hold >= h->long_hold_ns) {
-			struct gil_long_hold *lh = &s->hold_ring[s->long_holds & (GIL_RING_LEN - 1)];
-			lh->start_ns = s->acquired_ns;
-			lh->end_ns = now;
-			s->long_holds++;
-		}
-		s->acquired_ns = 0;
-	}
-	seq_bump(s);
-	h->last_release_tid = tid;
-}
-
-static __always_inline void on_acquire(struct gil_header *h, struct gil_slot *s, u64 now)
-{
-	seq_bump(s);
-	if (s->wait_start_ns) {
-		u64 wait = now - s->wait_start_ns;
-		u32 bucket = bpf_log2l(wait) - 1; /* bcc's bpf_log2l is floor(log2) + 1, and 1 for 0 */
-		if (bucket >= GIL_HIST_BUCKETS)
-			bucket = GIL_HIST_BUCKETS - 1;
-		s->hist[bucket & (GIL_HIST_BUCKETS - 1)]++;
-		s->wait_ns += wait;
-		if (wait >= h->convoy_ns)
-			s->convoy_waits++;
-		if (wait >= h->long_wait_ns) {
-			struct gil_long_wait *lw = &s->ring[s->long_waits & (GIL_RING_LEN - 1)];
-			lw->start_ns = s->wait_start_ns;
-			lw->end_ns = now;
-			lw->blocker_tid = h->last_release_tid;
-			s->long_waits++;
-		}
-		s->wait_start_ns = 0;
-	}
-	s->acquisitions++;
-	s->acquired_ns = now;
-	s->flags &= ~GIL_SLOT_IN_TAKE_GIL;
-	seq_bump(s);
-}
-
-static __always_inline void on_wait(struct gil_slot *s, u64 now)
-{
-	if (s->wait_start_ns)
-		return;
-	seq_bump(s);
-	s->wait_start_ns = now;
-	seq_bump(s);
 }
 
 /* The current thread's registered process (its header and slots) and its tid there; NULL if none. */
@@ -218,9 +174,9 @@ int cond_signal(struct pt_regs *ctx)
 		return 0;
 	u64 now = bpf_ktime_get_ns();
 	if (cond == h->gil_cond)
-		on_release(h, s, tid, now);
+		gil_on_release(slots, h, s, tid, now);
 	else
-		on_acquire(h, s, now);
+		gil_on_acquire(h, s, tid, now);
 	return 0;
 }
 
@@ -239,7 +195,7 @@ int cond_timedwait(struct pt_regs *ctx)
 		return 0;
 	struct gil_slot *s = slot_get(slots, h, tid);
 	if (s)
-		on_wait(s, bpf_ktime_get_ns());
+		gil_on_wait(h, s, bpf_ktime_get_ns());
 	return 0;
 }
 

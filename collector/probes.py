@@ -7,6 +7,12 @@ where LTO inlined it), on its ``switch_cond`` an acquisition (``take_gil`` with
 FORCE_SWITCHING, every CPython 3.x); ``pthread_cond_timedwait`` on ``cond``
 starts a contended wait. The two addresses differ per process (ASLR) and are
 learned by the BPF side from one ``take_gil`` entry (the bootstrap probe).
+
+Files are opened as the process maps them, whatever its root: through
+``/proc/<pid>/root`` (containers), as ``/proc/<pid>/maps`` names them (a chroot
+in the collector's mount namespace: the path already includes the root), or
+through ``/proc/<pid>/map_files/`` (any root, and a file deleted or replaced
+since it was mapped), each checked against the mapped inode.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ _TAKE_GIL = re.compile(r"^take_gil(\.(lto_priv|constprop|isra|part)\.\d+)*$")
 _LIBPYTHON = re.compile(r"/libpython3\.(\d+)(t?)\.so[.\d]*$")
 _FREE_THREADED_EXE = re.compile(r"/python3\.\d+t$")
 _LIBC = re.compile(r"/libc(\.so\.6|-2\.\d+\.so)$")
+_LIBPTHREAD = re.compile(r"/libpthread(\.so\.0|-2\.\d+\.so)$")
+_COND_FUNCTIONS = (("pthread_cond_signal", "cond_signal"), ("pthread_cond_timedwait", "cond_timedwait"))
+_DELETED = " (deleted)"
 _CALLER_BYTES = 256
 
 
@@ -48,50 +57,73 @@ class Probe:
 
 @dataclass(frozen=True)
 class ProbePlan:
-    interpreter: str  # path inside the process
+    interpreter: str  # as /proc/<pid>/maps names it
+    interpreter_file: str  # the same file as the collector opens it
     probes: tuple[Probe, ...]
     cond_stride: int
     located_by: str  # how take_gil was found
 
 
 @dataclass(frozen=True)
-class _Mapping:
-    path: str
+class Mapping:
+    """A file mapped by a process (its first mapping)."""
+
+    path: str  # as /proc/<pid>/maps shows it to the collector, " (deleted)" removed
     inode: int
-    range: str  # start-end of its first mapping, as /proc/<pid>/maps shows it
+    start: int
+    end: int
+    offset: int  # file offset mapped at start
+    deleted: bool = False
+
+    @property
+    def range(self) -> str:
+        """Its name in /proc/<pid>/map_files/."""
+        return f"{self.start:x}-{self.end:x}"
 
 
-def _mapped_files(pid: int) -> list[_Mapping]:
+def mapped_files(pid: int) -> list[Mapping]:
     try:
         with open(f"/proc/{pid}/maps") as f:
             lines = f.read().splitlines()
     except OSError as exc:
         raise UnsupportedProcess(protocol.PROCESS_GONE, f"cannot read /proc/{pid}/maps: {exc.strerror}") from None
-    seen: dict[str, _Mapping] = {}
+    seen: dict[str, Mapping] = {}
     for line in lines:
         parts = line.split(maxsplit=5)
         if len(parts) == 6 and parts[5].startswith("/"):
-            seen.setdefault(parts[5], _Mapping(parts[5], int(parts[4]), parts[0]))
+            path, deleted = parts[5], parts[5].endswith(_DELETED)
+            path = path[: -len(_DELETED)] if deleted else path
+            start, end = (int(x, 16) for x in parts[0].split("-"))
+            seen.setdefault(path, Mapping(path, int(parts[4]), start, end, int(parts[2], 16), deleted))
     return list(seen.values())
 
 
-def _host_path(pid: int, mapping: _Mapping) -> str:
-    if mapping.path.endswith(" (deleted)"):
-        raise UnsupportedProcess(
-            protocol.UNSUPPORTED_INTERPRETER,
-            f"{mapping.path}: the file was replaced on disk since the process started; restart it",
-        )
-    return f"/proc/{pid}/root{mapping.path}"
+def _inode(path: str) -> int:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return -1
 
 
-def _mapped_file(pid: int, mapping: _Mapping) -> str:
-    """The file ``mapping`` maps, as a magic link: a uprobe attached through it resolves no
-    component of the client's path (a FUSE mount there could stall the lookup)."""
-    start, end = (int(bound, 16) for bound in mapping.range.split("-"))
-    return f"/proc/{pid}/map_files/{start:x}-{end:x}"  # maps pads to 8 digits, map_files does not
+def _host_path(pid: int, mapping: Mapping) -> str:
+    """A path in the collector's mount namespace to the very file ``pid`` mapped."""
+    in_root = f"/proc/{pid}/root{mapping.path}"  # a container's path, seen through its root
+    candidates = [f"/proc/{pid}/map_files/{mapping.range}"]  # the mapped file, whatever the root
+    if not mapping.deleted:
+        candidates = [in_root, *candidates, mapping.path]  # mapping.path: a chroot in our namespace
+    for path in candidates:
+        if _inode(path) == mapping.inode:
+            return path
+    if not mapping.deleted and os.path.exists(in_root):
+        return in_root  # overlayfs: stat's inode is not always the one maps shows
+    raise UnsupportedProcess(
+        protocol.UNSUPPORTED_INTERPRETER,
+        f"cannot open {mapping.path}{_DELETED if mapping.deleted else ''} as process {pid} maps it "
+        f"(inode {mapping.inode}): opening /proc/{pid}/map_files/ needs CAP_SYS_ADMIN; run the collector as root",
+    )
 
 
-def _interpreter(pid: int, maps: list[_Mapping], gil_enabled: bool) -> _Mapping:
+def _interpreter(pid: int, maps: list[Mapping], gil_enabled: bool) -> Mapping:
     """The mapping holding the interpreter: libpython if loaded, else the executable."""
     for m in maps:
         match = _LIBPYTHON.search(m.path)
@@ -105,6 +137,7 @@ def _interpreter(pid: int, maps: list[_Mapping], gil_enabled: bool) -> _Mapping:
         exe = os.readlink(f"/proc/{pid}/exe")
     except OSError as exc:
         raise UnsupportedProcess(protocol.PROCESS_GONE, f"cannot read /proc/{pid}/exe: {exc.strerror}") from None
+    exe = exe[: -len(_DELETED)] if exe.endswith(_DELETED) else exe
     for m in maps:
         if m.path == exe:
             if _FREE_THREADED_EXE.search(exe) and not gil_enabled:
@@ -188,26 +221,53 @@ def plan(pid: int, gil_enabled: bool = False) -> ProbePlan:
     ``gil_enabled``: the process says a free-threaded build turned its GIL back on
     (``sys._is_gil_enabled()``); believing it can only mislead that process itself.
     """
-    maps = _mapped_files(pid)
+    maps = mapped_files(pid)
     interp = _interpreter(pid, maps, gil_enabled)
-    libc = next((m for m in maps if _LIBC.search(m.path)), None)
-    if libc is None:
-        raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, f"process {pid} has no glibc mapped (musl?)")
-    interp_path, libc_path = _host_path(pid, interp), _host_path(pid, libc)
+    interp_path = _host_path(pid, interp)
     try:
-        py, c = elf.load(interp_path), elf.load(libc_path)
+        py = elf.load(interp_path)
     except elf.ElfLookupError as exc:
         raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, str(exc)) from None
+    c, c_lib = _cond_library(pid, maps)
     stride = COND_STRIDE.get(c.machine)
     if stride is None:
         raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, f"no condition-variable layout for {c.machine}")
     if "PyEval_SaveThread" not in py.dynamic and not py.has_symtab:
         raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, f"pid {pid} ({interp.path}) is not a Python process")
     take_gil, how = locate_take_gil(py, interp_path, f"/proc/{pid}/root")
-    probes = [Probe(_mapped_file(pid, interp), take_gil, "take_gil_entry", bootstrap=True)]
-    for name, handler in (("pthread_cond_signal", "cond_signal"), ("pthread_cond_timedwait", "cond_timedwait")):
-        sym = c.dynamic.get(name)
-        if sym is None:
-            raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, f"{libc.path} exports no default {name}")
-        probes.append(Probe(_mapped_file(pid, libc), sym.offset, handler))
-    return ProbePlan(interp.path, tuple(probes), stride, how)
+    # Attached through map_files: a FUSE mount on the client's path cannot stall the attach
+    # (the files were read by a worker process under a time limit, see planner.py).
+    probes = [Probe(_attach_path(pid, interp), take_gil, "take_gil_entry", bootstrap=True)]
+    probes += [Probe(_attach_path(pid, c_lib), c.dynamic[name].offset, handler) for name, handler in _COND_FUNCTIONS]
+    return ProbePlan(interp.path, interp_path, tuple(probes), stride, how)
+
+
+def _attach_path(pid: int, mapping: Mapping) -> str:
+    """The file ``mapping`` maps, as a magic link the kernel follows without a lookup."""
+    return f"/proc/{pid}/map_files/{mapping.range}"
+
+
+def _cond_library(pid: int, maps: list[Mapping]) -> tuple[elf.ElfInfo, Mapping]:
+    """The library whose ``pthread_cond_*`` the interpreter's calls land in, and its mapping.
+
+    Before glibc 2.34 they live in libpthread.so.0 (libc.so.6 has forwarders to them,
+    which the interpreter does not call): probe libpthread where it exports their
+    default versions, else libc. Only default versions: glibc also exports
+    ``@GLIBC_2.2.5`` compat copies at other addresses, which CPython never calls.
+    """
+    libc = next((m for m in maps if _LIBC.search(m.path)), None)
+    if libc is None:
+        raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, f"process {pid} has no glibc mapped (musl?)")
+    libpthread = next((m for m in maps if _LIBPTHREAD.search(m.path)), None)
+    for lib in (libpthread, libc) if libpthread else (libc,):
+        path = _host_path(pid, lib)
+        try:
+            info = elf.load(path)
+        except elf.ElfLookupError as exc:
+            raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, str(exc)) from None
+        if all(name in info.dynamic for name, _ in _COND_FUNCTIONS):
+            return info, lib
+    raise UnsupportedProcess(
+        protocol.UNSUPPORTED_INTERPRETER,
+        f"{libc.path} exports no default {' / '.join(name for name, _ in _COND_FUNCTIONS)}",
+    )

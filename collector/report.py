@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from otel_gil import ring as ringlib
-from otel_gil_collector.attach import Attachment, ThreadTrace
+from otel_gil_collector.attach import AttachError, Attachment, ThreadTrace
 
 POLL_S = 0.01  # ring reads: often enough that no thread's 16 long holds/waits overflow
 SAMPLES = 1000  # at most this many hold/wait samples per thread for the timeline
 QUANTILES = (0.5, 0.9, 0.99)
+WAITED_ON = 3  # blockers listed per thread
 
 
 @dataclass
@@ -28,6 +29,7 @@ class Capture:
     traces: dict[int, ThreadTrace]
     # (time ns, {tid: (hold ns, wait ns) so far}), at most SAMPLES of them
     samples: list[tuple[int, dict[int, tuple[int, int]]]] = field(default_factory=list)
+    holds: list[ringlib.Hold] = field(default_factory=list)  # the process's hold log, as read
 
 
 def _pct(part: float, whole: float) -> float:
@@ -68,13 +70,20 @@ def capture(pid: int, duration_s: float, progress: Callable[[str], None] = print
             print(file=sys.stderr)
         if not att.alive:
             progress(f"pid {pid} exited during the capture: reporting up to its exit")
+        if not att.located:
+            raise AttachError(att.not_located())
         header = att.header
         exited = {"threads": header.exited_threads, "wait_s": header.exited_wait_ns / 1e9,
                   "hold_s": header.exited_hold_ns / 1e9}
-        threads, interpreter, start = att.threads, att.plan.interpreter, att.start_ns
+        threads, interpreter, start, names_from = att.threads, att.plan.interpreter, att.start_ns, att.names_from
         present = att.present
+        waited_on = {tid: att.waited_on(tid) for tid in present}
+        holds = att.holds
     wall = (end - start) / 1e9
     rows = [_thread(threads[tid], wall) for tid in present]
+    for row in rows:
+        row["waited_on"] = [{"tid": b, "name": threads[b].name if b in threads else "?", "s": ns / 1e9}
+                            for b, ns in waited_on[row["tid"]][:WAITED_ON]]
     rows.sort(key=lambda r: (r["hold_s"], r["wait_s"]), reverse=True)  # the holders are the cause
     total_wait = sum(r["wait_s"] for r in rows) + exited["wait_s"]
     total_hold = sum(r["hold_s"] for r in rows) + exited["hold_s"]
@@ -84,13 +93,14 @@ def capture(pid: int, duration_s: float, progress: Callable[[str], None] = print
         "duration_s": round(wall, 6),
         "start_ns": start,  # CLOCK_MONOTONIC, as the process's time.monotonic_ns()
         "interpreter": interpreter,
+        "thread_names": names_from,  # "threading", or why the names are /proc's
         "hold_pct": _pct(total_hold, wall),
         "wait_pct": _pct(total_wait, wall),
         **{f"wait_p{round(q * 100)}_s": ringlib.hist_quantile(hist, q) / 1e9 for q in QUANTILES},
         "threads": rows,
         "exited_threads": exited,
     }
-    return Capture(report, threads, samples)
+    return Capture(report, threads, samples, holds)
 
 
 def fmt_ns(ns: float) -> str:
@@ -114,6 +124,7 @@ def render(report: dict) -> str:
         f"GIL held {report['hold_pct']:.1f} % of wall time, waited for {report['wait_pct']:.1f} % "
         "(summed over threads: over 100 % when several wait at once); threads by hold",
         f"wait p50/p90/p99 (upper bounds of power-of-two buckets): {_quantiles(report)}",
+        *([] if report["thread_names"] == "threading" else [f"thread names from {report['thread_names']}"]),
         "",
         f"{'tid':>8} {'thread':<20} {'wait s':>8} {'wait %':>7} {'hold s':>8} {'hold %':>7} {'acq':>8} "
         f"{'convoy':>7} {'long':>5}  wait p50/p90/p99",
@@ -126,7 +137,14 @@ def render(report: dict) -> str:
     e = report["exited_threads"]
     if e["threads"]:
         lines.append(f"{'':>8} {'(exited threads)':<20} {e['wait_s']:>8.3f} {'':>7} {e['hold_s']:>8.3f}")
-    lines += ["", "long = waits >= 1 ms; convoy = waits >= the switch interval (the 5 ms penalty)"]
+    blamed = [t for t in report["threads"] if t["waited_on"]]
+    if blamed:
+        lines += ["", "waited on (who held the GIL during each thread's long waits, by time held):"]
+        for t in sorted(blamed, key=lambda t: t["wait_s"], reverse=True):
+            on = ", ".join(f"{b['name']} ({b['tid']}) {fmt_ns(b['s'] * 1e9)}" for b in t["waited_on"])
+            lines.append(f"{t['tid']:>8} {t['name'][:20]:<20} {on}")
+    lines += ["", "long = waits >= 1 ms; convoy = waits >= the switch interval (the 5 ms penalty); "
+              "a wait from a forced switch counts from the release"]
     return "\n".join(lines)
 
 

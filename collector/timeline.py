@@ -13,6 +13,7 @@ import html
 from dataclasses import dataclass
 from pathlib import Path
 
+from otel_gil import blame as blamelib
 from otel_gil_collector.attach import ThreadTrace
 from otel_gil_collector.report import Capture, fmt_ns
 
@@ -96,7 +97,15 @@ def _shades(capture: Capture, g: Geometry, tid: int) -> list[str]:
     return out
 
 
-def _row(t: ThreadTrace, g: Geometry, names: dict[int, str]) -> list[str]:
+def _held_by(w, log: blamelib.HoldLog, names: dict[int, str]) -> str:
+    """Who held the GIL during a wait, by time (from the hold log), else who handed it over."""
+    held = log.blame(w).held_by[:3]
+    if held:
+        return "held meanwhile by " + ", ".join(f"{names.get(tid, '?')} {tid} {fmt_ns(ns)}" for tid, ns in held)
+    return f"the GIL came from {names.get(w.blocker_tid, '?')} {w.blocker_tid}" if w.blocker_tid else "the GIL came from ?"
+
+
+def _row(t: ThreadTrace, g: Geometry, names: dict[int, str], log: blamelib.HoldLog) -> list[str]:
     y = g.y(t.tid)
     c = t.counters
     out = [
@@ -110,10 +119,9 @@ def _row(t: ThreadTrace, g: Geometry, names: dict[int, str]) -> list[str]:
         out.append(_label(x0, x1, y + ROW_H / 2 - 1, fmt_ns(end - start)))
     for w in t.waits:
         x0, x1 = g.x(w.start_ns), g.x(w.end_ns)
-        blocker = f"{names.get(w.blocker_tid, '?')} {w.blocker_tid}" if w.blocker_tid else "?"
         out.append(_rect(x0, x1, y + ROW_H / 2, ROW_H / 2 - 2, WAIT,
                          f"{t.name} {t.tid} waited {fmt_ns(w.end_ns - w.start_ns)} from +{fmt_ns(w.start_ns - g.start_ns)}; "
-                         f"the GIL came from {blocker}"))
+                         f"{_held_by(w, log, names)}"))
         out.append(_label(x0, x1, y + ROW_H - 3, fmt_ns(w.end_ns - w.start_ns)))
     return out
 
@@ -142,6 +150,7 @@ def render(capture: Capture) -> str:
     """The timeline page of a capture, as HTML; the SVG's origin is the page's."""
     report, g = capture.report, geometry(capture)
     names = {tid: t.name for tid, t in capture.traces.items()}
+    log = blamelib.HoldLog(capture.holds)
     lost = sum(t.lost for t in capture.traces.values())
     title = (f"GIL timeline of pid {report['pid']} ({report['interpreter']}), "
              f"{report['duration_s']:.2f} s: held {report['hold_pct']:.1f} % of wall time, "
@@ -153,7 +162,7 @@ def render(capture: Capture) -> str:
         if i % 2 == 0:
             parts.append(f'<rect x="0" y="{g.y(tid)}" width="{LABEL_W + PLOT_W}" height="{ROW_H}" class="band"/>')
         parts += _shades(capture, g, tid)
-        parts += _row(capture.traces[tid], g, names)
+        parts += _row(capture.traces[tid], g, names, log)
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{_STYLE}</style></head>
 <body><svg xmlns="http://www.w3.org/2000/svg" width="{LABEL_W + PLOT_W + 20}" height="{g.height}">

@@ -38,13 +38,18 @@ class Frames:
             if hold >= 0 and wait >= 0:  # negative: the tid was reused by a new thread this interval
                 rows.append((hold, wait, tid, t.name, acq, convoy))
         self._prev = {tid: t.counters for tid, t in self.att.threads.items()}
+        waited_on = {tid: self.att.waited_on(tid, self._t) for tid in self.att.present}
+        self.att.forget(self._t)
         self._t = now
         rows.sort(reverse=True)  # by hold: the holders are the cause
         held, waited = sum(r[0] for r in rows), sum(r[1] for r in rows)
+        if not self.att.located:
+            return [f"otel-gil top: pid {self.att.pid}: {self.att.not_located()} yet"]
         lines = [
             f"otel-gil top: pid {self.att.pid}, last {dt / 1e9:.1f} s: GIL held {100 * held / dt:.0f} %, "
             f"waited {100 * waited / dt:.0f} % (summed over threads)",
             self.att.plan.interpreter,
+            *([] if self.att.names_from == "threading" else [f"thread names from {self.att.names_from}"]),
             "",
             f"{'tid':>8} {'thread':<19} {'hold %':>7} {'wait %':>7} {'held':>8} {'waited':>8} {'acq/s':>8} {'convoy':>7}",
         ]
@@ -53,7 +58,17 @@ class Frames:
                 f"{tid:>8} {name[:19]:<19} {100 * hold / dt:>6.1f}% {100 * wait / dt:>6.1f}% {fmt_ns(hold):>8} "
                 f"{fmt_ns(wait):>8} {acq * 1e9 / dt:>8.0f} {convoy:>7}"
             )
+        blamed = sorted((r for r in rows if waited_on.get(r[2])), key=lambda r: r[1], reverse=True)
+        if blamed:
+            lines += ["", "waited on (who held the GIL during each thread's long waits):"]
+            for _, _, tid, name, _, _ in blamed:
+                on = ", ".join(f"{self._name(b)} ({b}) {fmt_ns(ns)}" for b, ns in waited_on[tid][:3])
+                lines.append(f"{tid:>8} {name[:19]:<19} {on}")
         return lines
+
+    def _name(self, tid: int) -> str:
+        t = self.att.threads.get(tid)
+        return t.name if t is not None else str(tid)
 
 
 def batch(att: Attachment, interval: float, count: int | None) -> None:

@@ -77,9 +77,10 @@ class Tracer:
             h.nslots, h.clock_id, h.pid = self.nslots, ring.CLOCK_MONOTONIC, pid
             h.cond_stride, h.long_wait_ns, h.convoy_ns = plan.cond_stride, long_wait_ns, convoy_ns
             h.long_hold_ns = long_wait_ns  # one threshold makes a wait or a hold "long"
+            h.hold_record_ns = ring.HOLD_RECORD_NS
             h.pidns_dev, h.pidns_ino = pidns.st_dev, pidns.st_ino
 
-        slots = MmapableArray(f"otelgil_{pid}", ring.SLOT_SIZE, self.nslots + 1, init)
+        slots = MmapableArray(f"otelgil_{pid}", ring.SLOT_SIZE, ring.entries(self.nslots), init)
         try:
             view = ring.Ring.map_fd(slots.fd, slots.size)
         except BaseException:

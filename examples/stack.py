@@ -21,6 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 JAEGER_QUERY = "http://127.0.0.1:16686"
 OTLP_HTTP = "http://127.0.0.1:4318"
+PROMETHEUS = "http://127.0.0.1:9090"
+JAEGER_UI = ROOT.parent / "shared" / "jaeger-ui" / "build"  # a build of Jaeger's UI, where CI has it
 BIN = Path(sys.executable).parent
 
 
@@ -80,31 +82,77 @@ def start_collector(
     return _wait(Service("collector", proc, log, socket_path), lambda: os.path.exists(socket_path), timeout)
 
 
-def jaeger_binary() -> str:
-    """Path of the cached Jaeger build, building it on first use (minutes; progress on stderr)."""
-    done = subprocess.run([str(ROOT / "scripts" / "jaeger.sh"), "path"], stdout=subprocess.PIPE, text=True)
+def _binary(script: str, what: str) -> str:
+    """Path of a tool built from its Go module by scripts/SCRIPT, on first use (minutes; progress on stderr)."""
+    done = subprocess.run([str(ROOT / "scripts" / script), "path"], stdout=subprocess.PIPE, text=True)
     if done.returncode != 0:
-        raise StackError("building Jaeger failed (see the output above)")
+        raise StackError(f"building {what} failed (see the output above)")
     return done.stdout.strip()
+
+
+def jaeger_binary() -> str:
+    return _binary("jaeger.sh", "Jaeger")
 
 
 def jaeger_up() -> bool:
     return _http_ok(f"{JAEGER_QUERY}/api/services")
 
 
+def jaeger_ui_assets() -> Optional[Path]:
+    """Jaeger's UI build: $OTEL_GIL_JAEGER_UI, else ../shared/jaeger-ui/build beside the checkout."""
+    path = Path(os.environ.get("OTEL_GIL_JAEGER_UI") or JAEGER_UI)
+    return path if (path / "index.html").is_file() else None
+
+
 def start_jaeger(log: Path, timeout: float = 60) -> Service:
+    """Jaeger on loopback (scripts/jaeger-config.yaml), serving its UI where the assets are."""
     binary = jaeger_binary()
     if jaeger_up():
         raise StackError(f"something already answers on {JAEGER_QUERY}: stop it first")
+    argv = [binary, "--config", str(ROOT / "scripts" / "jaeger-config.yaml")]
+    assets = jaeger_ui_assets()
+    if assets is not None:
+        argv.append(f"--set=extensions.jaeger_query.ui.assets_path={assets}")
     with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [binary, "--config", str(ROOT / "scripts" / "jaeger-config.yaml")], stdout=out, stderr=subprocess.STDOUT
-        )
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
     return _wait(Service("jaeger", proc, log, JAEGER_QUERY), jaeger_up, timeout)
 
 
+def prometheus_up() -> bool:
+    return _http_ok(f"{PROMETHEUS}/-/ready")
+
+
+def start_prometheus(workdir: Path, rule_files: list[Path], evaluation_interval: str = "15s",
+                     timeout: float = 60) -> Service:
+    """Prometheus on loopback, in ``workdir``: apps push metrics to its OTLP receiver
+    (``start_app(metrics=True)``; job = service.name), ``rule_files`` are evaluated."""
+    binary = _binary("prometheus.sh", "Prometheus")
+    if prometheus_up():
+        raise StackError(f"something already answers on {PROMETHEUS}: stop it first")
+    config = workdir / "prometheus.yml"
+    config.write_text(json.dumps({  # JSON is YAML
+        "global": {"evaluation_interval": evaluation_interval},
+        "rule_files": [str(path.resolve()) for path in rule_files],
+    }))
+    argv = [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address={urllib.parse.urlsplit(PROMETHEUS).netloc}", "--web.enable-otlp-receiver"]
+    log = workdir / "prometheus.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    return _wait(Service("prometheus", proc, log, PROMETHEUS), prometheus_up, timeout)
+
+
+def prometheus_api(path: str, **query: str):
+    """The ``data`` of a Prometheus API answer, e.g. ``prometheus_api("query", query="up")``."""
+    url = f"{PROMETHEUS}/api/v1/{path}?{urllib.parse.urlencode(query)}"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return json.load(resp)["data"]
+
+
 def app_command(framework: str, server: str, port: int, workers: int = 2, preload: bool = False) -> tuple[list[str], Path]:
-    """(argv, cwd) of an example app under opentelemetry-instrument. server: dev, sync or gthread."""
+    """(argv, cwd) of an example app under opentelemetry-instrument. server: dev, sync or gthread
+    (gunicorn), or uwsgi (pre-fork in C: --master, 2 threads per worker; ``preload=False`` adds
+    --lazy-apps, the app loaded in each worker)."""
     instrument = [str(BIN / "opentelemetry-instrument")]
     bind = f"127.0.0.1:{port}"
     if server == "dev":
@@ -113,14 +161,20 @@ def app_command(framework: str, server: str, port: int, workers: int = 2, preloa
         return instrument + [sys.executable, "manage.py", "runserver", "--noreload", bind], EXAMPLES / "django_app"
     target = {"flask": "app:app", "django": "gilsite.wsgi"}[framework]
     cwd = EXAMPLES / ("flask_app" if framework == "flask" else "django_app")
+    if server == "uwsgi":
+        argv = instrument + [str(BIN / "uwsgi"), "--http-socket", bind, "--master", "--processes", str(workers),
+                             "--threads", "2", "--enable-threads", "--die-on-term", "--module", target]
+        return argv + ([] if preload else ["--lazy-apps"]), cwd
     argv = instrument + [str(BIN / "gunicorn"), "-b", bind, "-w", str(workers), "-k", server, "--threads", "4"]
     return argv + (["--preload"] if preload else []) + [target], cwd
 
 
 def start_app(
     framework: str, server: str, port: int, service_name: str, socket_path: str, log: Path,
-    hog: bool = True, workers: int = 2, preload: bool = False, timeout: float = 60,
+    hog: bool = True, workers: int = 2, preload: bool = False, metrics: bool = False, timeout: float = 60,
+    backend: str = "auto",
 ) -> Service:
+    """An example app exporting spans to Jaeger and, with ``metrics``, metrics to Prometheus every second."""
     argv, cwd = app_command(framework, server, port, workers, preload)
     env = {
         **os.environ,
@@ -128,23 +182,33 @@ def start_app(
         "OTEL_TRACES_EXPORTER": "otlp",
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
         "OTEL_EXPORTER_OTLP_ENDPOINT": OTLP_HTTP,
-        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_METRICS_EXPORTER": "otlp" if metrics else "none",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"{PROMETHEUS}/api/v1/otlp/v1/metrics",
+        "OTEL_METRIC_EXPORT_INTERVAL": "1000",
         "OTEL_LOGS_EXPORTER": "none",
         "OTEL_BSP_SCHEDULE_DELAY": "200",
         "OTEL_GIL_SOCKET": socket_path,
+        "OTEL_GIL_BACKEND": backend,
         "EXAMPLE_GIL_HOG": "1" if hog else "0",
         "DJANGO_SETTINGS_MODULE": "gilsite.settings",
         "PYTHONPATH": str(ROOT),
     }
+    return start_web(f"{framework}/{server}", argv, cwd, env, port, log, timeout)
+
+
+def start_web(name: str, argv: list[str], cwd: Path, env: dict, port: int, log: Path, timeout: float = 60) -> Service:
+    """A web app on 127.0.0.1:``port``, up once its /health answers."""
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    return _wait(Service(f"{framework}/{server}", proc, log, url), lambda: _http_ok(f"{url}/health"), timeout)
+    return _wait(Service(name, proc, log, url), lambda: _http_ok(f"{url}/health"), timeout)
 
 
-def jaeger_spans(service: str, operation: Optional[str] = None, limit: int = 2000) -> list[dict]:
-    """Spans of ``service`` from Jaeger's /api/traces, each with ``tags`` as a dict."""
+def jaeger_spans(service: str, operation: Optional[str] = None, limit: int = 2000, since_us: int = 0) -> list[dict]:
+    """Spans of ``service`` from Jaeger's /api/traces (started after ``since_us``, epoch µs), ``tags`` as a dict."""
     query = {"service": service, "limit": str(limit), "lookback": "1h"}
+    if since_us:
+        query["start"] = str(since_us)
     if operation:
         query["operation"] = operation
     with urllib.request.urlopen(f"{JAEGER_QUERY}/api/traces?{urllib.parse.urlencode(query)}", timeout=30) as resp:
@@ -158,11 +222,11 @@ def jaeger_spans(service: str, operation: Optional[str] = None, limit: int = 200
     return spans
 
 
-def wait_for_spans(service: str, operation: str, count: int, timeout: float = 30) -> list[dict]:
+def wait_for_spans(service: str, operation: str, count: int, timeout: float = 30, since_us: int = 0) -> list[dict]:
     """Poll Jaeger until ``count`` spans of ``operation`` arrived (exports are batched)."""
     deadline = time.monotonic() + timeout
     while True:
-        spans = jaeger_spans(service, operation)
+        spans = jaeger_spans(service, operation, since_us=since_us)
         if len(spans) >= count or time.monotonic() > deadline:
             return spans
         time.sleep(0.5)

@@ -15,6 +15,7 @@
 #include <structmember.h>
 
 #include <linux/types.h> /* the __u32/__u64 of gil_layout.h */
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -31,20 +32,28 @@ struct counters {
 	uint64_t wait_ns, hold_ns, acquisitions, convoy_waits, long_waits;
 };
 
+/* fork()s this process came out of, whoever called fork (os.fork, or C code such as
+ * uWSGI's, where Python's at-fork hooks never run): a child's cached tids expire, and
+ * the hooks ask the backend to check its pid (registration.check_fork()). */
+static unsigned long forks;
+
+static void count_fork(void) { forks++; }
+
 /* The calling thread's kernel tid and slot, valid for one registration generation. */
 static __thread struct {
 	PyObject *registration; /* compared, never dereferenced */
 	long generation;
+	unsigned long forks;
 	pid_t tid;
 	long index;
-} tls = {NULL, -1, 0, -1};
+} tls = {NULL, -1, 0, 0, -1};
 
 /* Interned attribute names and attribute keys, made when the module loads. */
 static PyObject *s_ring, *s_generation, *s_status, *s_address, *s_nslots, *s_long_wait_ns, *s_start_attr,
 	*s_start_time, *s_end_time, *s_attributes, *s_dict, *s_immutable, *s_max_value_len, *s_maxlen,
 	*s_active, *s_name, *s_public_name, *s_kind, *s_set_attributes, *s_end_time_kw;
 static PyObject *k_thread_name, *k_thread_id, *k_wait_ms, *k_hold_ms, *k_wait_ratio, *k_hold_ratio,
-	*k_acquisitions, *k_convoy_waits;
+	*k_acquisitions, *k_convoy_waits, *k_http_route;
 
 static uint64_t clock_ns(clockid_t clock)
 {
@@ -155,6 +164,135 @@ static void read_counters(const char *base, uint32_t nslots, uint64_t now, struc
 	out->long_waits = s->long_waits;
 }
 
+/* ---------------------------------------------------------------- RatioCounter */
+
+/* metrics.WaitRatios' counting in C: a server span's wait ratio into its route's
+ * bucket, with no Python frame and no lock (nothing in it releases the GIL, so it
+ * is atomic for every other thread, and WaitRatios.rows copies rows whole). */
+typedef struct {
+	PyObject_HEAD
+	vectorcallfunc vectorcall;
+	PyObject *table;       /* dict: route -> [count per bucket..., count above the last bound, sum] */
+	PyObject *other;       /* where routes beyond max_routes are counted */
+	Py_ssize_t max_routes;
+	Py_ssize_t nbounds;
+	double bounds[32];     /* upper bounds (le) of the buckets, ascending */
+} RatioCounter;
+
+static int count_ratio(RatioCounter *self, PyObject *route, double ratio)
+{
+	Py_ssize_t bucket = 0; /* bisect_left: the first bound >= ratio */
+	while (bucket < self->nbounds && self->bounds[bucket] < ratio)
+		bucket++;
+	PyObject *row = PyDict_GetItemWithError(self->table, route);
+	if (row == NULL) {
+		if (PyErr_Occurred())
+			return -1;
+		if (PyDict_GET_SIZE(self->table) >= self->max_routes)
+			route = self->other;
+		row = PyDict_GetItemWithError(self->table, route);
+		if (row == NULL) {
+			if (PyErr_Occurred() || (row = PyList_New(self->nbounds + 2)) == NULL)
+				return -1;
+			for (Py_ssize_t i = 0; i <= self->nbounds; i++)
+				PyList_SET_ITEM(row, i, PyLong_FromLong(0));
+			PyList_SET_ITEM(row, self->nbounds + 1, PyFloat_FromDouble(0.0));
+			int failed = PyDict_SetItem(self->table, route, row);
+			Py_DECREF(row); /* the table holds it */
+			if (failed)
+				return -1;
+		}
+	}
+	if (!PyList_CheckExact(row) || PyList_GET_SIZE(row) != self->nbounds + 2) {
+		PyErr_SetString(PyExc_TypeError, "a WaitRatios row is not a list of the bucket counts and the sum");
+		return -1;
+	}
+	long long counted = PyLong_AsLongLong(PyList_GET_ITEM(row, bucket));
+	PyObject *count = counted < 0 ? NULL : PyLong_FromLongLong(counted + 1);
+	PyObject *sum = count ? PyFloat_FromDouble(PyFloat_AsDouble(PyList_GET_ITEM(row, self->nbounds + 1)) + ratio) : NULL;
+	if (sum == NULL) {
+		Py_XDECREF(count);
+		return -1;
+	}
+	PyList_SetItem(row, bucket, count);
+	PyList_SetItem(row, self->nbounds + 1, sum);
+	return 0;
+}
+
+static PyObject *RatioCounter_vectorcall(RatioCounter *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+	double ratio;
+	if (PyVectorcall_NARGS(nargsf) != 2 || kwnames != NULL || !PyUnicode_Check(args[1]) ||
+	    ((ratio = PyFloat_AsDouble(args[0])) == -1.0 && PyErr_Occurred())) {
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_TypeError, "counter(ratio: float, route: str)");
+		return NULL;
+	}
+	if (count_ratio(self, args[1], ratio))
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+static int RatioCounter_init(RatioCounter *self, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = {"table", "bounds", "max_routes", "other", NULL};
+	PyObject *table, *bounds, *other;
+	Py_ssize_t max_routes;
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!nU", kwlist, &PyDict_Type, &table, &PyTuple_Type, &bounds,
+					 &max_routes, &other))
+		return -1;
+	if (PyTuple_GET_SIZE(bounds) > 32) {
+		PyErr_SetString(PyExc_ValueError, "at most 32 bucket bounds");
+		return -1;
+	}
+	self->nbounds = PyTuple_GET_SIZE(bounds);
+	for (Py_ssize_t i = 0; i < self->nbounds; i++)
+		if ((self->bounds[i] = PyFloat_AsDouble(PyTuple_GET_ITEM(bounds, i))) == -1.0 && PyErr_Occurred())
+			return -1;
+	Py_INCREF(table);
+	Py_XSETREF(self->table, table);
+	Py_INCREF(other);
+	Py_XSETREF(self->other, other);
+	self->max_routes = max_routes;
+	self->vectorcall = (vectorcallfunc)RatioCounter_vectorcall;
+	return 0;
+}
+
+static int RatioCounter_traverse(RatioCounter *self, visitproc visit, void *arg)
+{
+	Py_VISIT(self->table);
+	return 0;
+}
+
+static int RatioCounter_clear(RatioCounter *self)
+{
+	Py_CLEAR(self->table);
+	Py_CLEAR(self->other);
+	return 0;
+}
+
+static void RatioCounter_dealloc(RatioCounter *self)
+{
+	PyObject_GC_UnTrack(self);
+	RatioCounter_clear(self);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject RatioCounterType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "otel_gil._fastspan.RatioCounter",
+	.tp_basicsize = sizeof(RatioCounter),
+	.tp_dealloc = (destructor)RatioCounter_dealloc,
+	.tp_vectorcall_offset = offsetof(RatioCounter, vectorcall),
+	.tp_call = PyVectorcall_Call,
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+	.tp_doc = "RatioCounter(table, bounds, max_routes, other)(ratio, route): metrics.WaitRatios.record in C.",
+	.tp_traverse = (traverseproc)RatioCounter_traverse,
+	.tp_clear = (inquiry)RatioCounter_clear,
+	.tp_init = (initproc)RatioCounter_init,
+	.tp_new = PyType_GenericNew,
+};
+
 /* ---------------------------------------------------------------- Hooks */
 
 typedef struct {
@@ -166,12 +304,14 @@ typedef struct {
 	PyObject *py_end;      /* spans.end_wrapper: (bound Span.end, span, args, kwargs), as wrapt calls it */
 	PyObject *py_server;   /* spans.record_server_span: (start, span, wait_ratio) -> None */
 	PyObject *server_kind; /* SpanKind.SERVER: only server spans feed the metrics */
+	RatioCounter *ratios;  /* the metrics' counter, where it is this module's; else NULL: py_server counts */
 	PyObject *threading;
 	PyObject *end_time_kwnames; /* ("end_time",) */
 	PyObject *ring;        /* the ring the cached fields below describe */
 	const char *base;
 	uint32_t nslots;
 	uint64_t long_wait_ns;
+	unsigned long seen_forks; /* forks when the backend last checked its pid */
 	int enabled;
 } Hooks;
 
@@ -183,6 +323,7 @@ static int Hooks_traverse(Hooks *self, visitproc visit, void *arg)
 	Py_VISIT(self->py_end);
 	Py_VISIT(self->py_server);
 	Py_VISIT(self->server_kind);
+	Py_VISIT(self->ratios);
 	return 0;
 }
 
@@ -195,6 +336,7 @@ static int Hooks_clear(Hooks *self)
 	Py_CLEAR(self->py_end);
 	Py_CLEAR(self->py_server);
 	Py_CLEAR(self->server_kind);
+	Py_CLEAR(self->ratios);
 	Py_CLEAR(self->threading);
 	Py_CLEAR(self->end_time_kwnames);
 	Py_CLEAR(self->ring);
@@ -227,9 +369,20 @@ static int Hooks_init(Hooks *self, PyObject *args, PyObject *kwds)
 	Py_INCREF(server), self->py_server = server;
 	Py_INCREF(server_kind), self->server_kind = server_kind;
 	self->threading = threading;
+	if (metrics != Py_None) { /* GilMetrics.ratios.counter: count server spans here, without Python */
+		PyObject *ratios = PyObject_GetAttrString(metrics, "ratios");
+		PyObject *counter = ratios ? PyObject_GetAttrString(ratios, "counter") : NULL;
+		Py_XDECREF(ratios);
+		PyErr_Clear();
+		if (counter != NULL && Py_IS_TYPE(counter, &RatioCounterType))
+			self->ratios = (RatioCounter *)counter;
+		else
+			Py_XDECREF(counter);
+	}
 	self->end_time_kwnames = PyTuple_Pack(1, s_end_time_kw);
 	if (self->end_time_kwnames == NULL)
 		return -1;
+	self->seen_forks = forks;
 	self->enabled = 1;
 	return 0;
 }
@@ -280,9 +433,10 @@ static PyObject *current_ring(Hooks *self, long *generation)
 
 static void thread_for(PyObject *registration, long generation)
 {
-	if (tls.registration != registration || tls.generation != generation) {
+	if (tls.registration != registration || tls.generation != generation || tls.forks != forks) {
 		tls.registration = registration;
 		tls.generation = generation;
+		tls.forks = forks;
 		tls.tid = (pid_t)syscall(SYS_gettid);
 		tls.index = -1;
 	}
@@ -298,6 +452,12 @@ static PyObject *Hooks_on_start(Hooks *self, PyObject *const *argv, Py_ssize_t n
 	PyObject *span = argv[0];
 	if (!self->enabled)
 		Py_RETURN_NONE;
+	if (self->seen_forks != forks) { /* a child: the backend re-registers or restarts its ring for this pid */
+		self->seen_forks = forks;
+		PyObject *checked = PyObject_CallMethod(self->registration, "check_fork", NULL);
+		Py_XDECREF(checked);
+		PyErr_Clear();
+	}
 	long generation;
 	PyObject *ring = current_ring(self, &generation);
 	if (ring == NULL) {
@@ -447,7 +607,7 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 			    k_acquisitions, k_convoy_waits};
 	PyObject *values[8] = {
 		thread_name(self),
-		PyLong_FromLong(tls.tid),
+		PyLong_FromUnsignedLong(PyThread_get_thread_ident()), /* thread.id: the managed id, as spans.py */
 		PyFloat_FromDouble((double)wait / 1e6),
 		PyFloat_FromDouble((double)hold / 1e6),
 		PyFloat_FromDouble(*wait_ratio),
@@ -519,6 +679,27 @@ static PyObject *python_end(EndMethod *self, PyObject *const *args, Py_ssize_t n
 	return result;
 }
 
+/* A server span's wait ratio into the metrics' counter, by http.route (else the span's
+ * name), as spans.record_server_span does; 0, or -1 for that function to do it. */
+static int count_server_span(Hooks *hooks, PyObject *span, double wait_ratio)
+{
+	if (hooks->ratios == NULL)
+		return -1;
+	PyObject *bounded = lookup(span, s_attributes);
+	PyObject *dict = bounded ? lookup(bounded, s_dict) : NULL;
+	PyObject *route = dict && PyDict_Check(dict) ? PyDict_GetItemWithError(dict, k_http_route) : NULL;
+	Py_XINCREF(route);
+	Py_XDECREF(dict);
+	Py_XDECREF(bounded);
+	if (route == NULL || !PyObject_IsTrue(route)) {
+		Py_XDECREF(route);
+		route = lookup(span, s_name);
+	}
+	int failed = route == NULL || !PyUnicode_CheckExact(route) || count_ratio(hooks->ratios, route, wait_ratio);
+	Py_XDECREF(route);
+	return failed ? -1 : 0;
+}
+
 /* span.end(end_time=None): the gil.* figures, then the original end. */
 static PyObject *EndMethod_vectorcall(EndMethod *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -574,12 +755,15 @@ static PyObject *EndMethod_vectorcall(EndMethod *self, PyObject *const *args, si
 	}
 	if (st->metrics != Py_None) {
 		PyObject *kind = lookup(span, s_kind);
-		PyObject *ratio = kind == hooks->server_kind ? PyFloat_FromDouble(wait_ratio) : NULL;
-		PyObject *r = ratio ? PyObject_CallFunctionObjArgs(hooks->py_server, start, span, ratio, NULL) : NULL;
-		Py_XDECREF(r);
-		Py_XDECREF(ratio);
+		if (kind == hooks->server_kind && count_server_span(hooks, span, wait_ratio) != 0) {
+			PyErr_Clear(); /* anything unusual: record_server_span decides, and logs its own failures */
+			PyObject *ratio = PyFloat_FromDouble(wait_ratio);
+			PyObject *r = ratio ? PyObject_CallFunctionObjArgs(hooks->py_server, start, span, ratio, NULL) : NULL;
+			Py_XDECREF(r);
+			Py_XDECREF(ratio);
+		}
 		Py_XDECREF(kind);
-		PyErr_Clear(); /* record_server_span logs its own failures */
+		PyErr_Clear();
 	}
 	Py_DECREF(start);
 	PyObject *call[2] = {span, PyLong_FromLongLong(end_ns)};
@@ -708,6 +892,37 @@ static PyTypeObject HooksType = {
 	.tp_new = PyType_GenericNew,
 };
 
+/* ---------------------------------------------------------------- thread contexts */
+
+/* {threading ident: contextvars.Context} of this interpreter's threads that have one.
+ * Blame's rare path (a span with long waits) finds there the span the thread that held
+ * the GIL is in; nothing of this runs per span. Called with the GIL held. */
+static PyObject *thread_contexts(PyObject *module, PyObject *unused)
+{
+	PyObject *out = PyDict_New();
+	if (out == NULL)
+		return NULL;
+	PyInterpreterState *interp = PyThreadState_GetInterpreter(PyThreadState_Get());
+	for (PyThreadState *t = PyInterpreterState_ThreadHead(interp); t != NULL; t = PyThreadState_Next(t)) {
+		if (t->context == NULL)
+			continue;
+		PyObject *ident = PyLong_FromUnsignedLong(t->thread_id);
+		if (ident == NULL || PyDict_SetItem(out, ident, t->context)) {
+			Py_XDECREF(ident);
+			Py_DECREF(out);
+			return NULL;
+		}
+		Py_DECREF(ident);
+	}
+	return out;
+}
+
+static PyMethodDef module_methods[] = {
+	{"thread_contexts", thread_contexts, METH_NOARGS,
+	 "{threading ident: contextvars.Context} of the interpreter's threads (for blame: whose span held the GIL)."},
+	{NULL},
+};
+
 /* ---------------------------------------------------------------- module */
 
 static int intern_all(void)
@@ -725,7 +940,7 @@ static int intern_all(void)
 		{&s_set_attributes, "set_attributes"},
 		{&k_thread_name, "thread.name"}, {&k_thread_id, "thread.id"}, {&k_wait_ms, "gil.wait_ms"},
 		{&k_hold_ms, "gil.hold_ms"}, {&k_wait_ratio, "gil.wait_ratio"}, {&k_hold_ratio, "gil.hold_ratio"},
-		{&k_acquisitions, "gil.acquisitions"}, {&k_convoy_waits, "gil.convoy_waits"},
+		{&k_acquisitions, "gil.acquisitions"}, {&k_convoy_waits, "gil.convoy_waits"}, {&k_http_route, "http.route"},
 	};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)
@@ -738,18 +953,26 @@ static struct PyModuleDef fastspan_module = {
 	.m_name = "otel_gil._fastspan",
 	.m_doc = "The common case of otel_gil.spans' hooks, in C.",
 	.m_size = -1,
+	.m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__fastspan(void)
 {
-	if (intern_all() || PyType_Ready(&StartType) || PyType_Ready(&HooksType) || PyType_Ready(&EndMethodType))
+	if (intern_all() || PyType_Ready(&StartType) || PyType_Ready(&HooksType) || PyType_Ready(&EndMethodType) ||
+	    PyType_Ready(&RatioCounterType))
 		return NULL;
+	if (pthread_atfork(NULL, NULL, count_fork) != 0) {
+		PyErr_SetString(PyExc_OSError, "pthread_atfork failed");
+		return NULL;
+	}
 	PyObject *m = PyModule_Create(&fastspan_module);
 	if (m == NULL)
 		return NULL;
 	Py_INCREF(&StartType);
 	Py_INCREF(&HooksType);
+	Py_INCREF(&RatioCounterType);
 	if (PyModule_AddObject(m, "Start", (PyObject *)&StartType) || PyModule_AddObject(m, "Hooks", (PyObject *)&HooksType) ||
+	    PyModule_AddObject(m, "RatioCounter", (PyObject *)&RatioCounterType) ||
 	    PyModule_AddIntConstant(m, "SLOT_SIZE", sizeof(struct gil_slot)) ||
 	    PyModule_AddIntConstant(m, "LAYOUT_VERSION", GIL_LAYOUT_VERSION)) {
 		Py_DECREF(m);

@@ -29,9 +29,10 @@ _PERMANENT = {protocol.UNSUPPORTED_INTERPRETER, protocol.GIL_DISABLED, protocol.
 _REPLY_TIMEOUT_S = 30.0
 _BACKOFF_S = (0.5, 30.0)
 _BUSY_RETRY_S = 0.05
+_LOCATE_TIMEOUT_S = 0.5  # hand-offs for the probes to learn the GIL from, before saying they cannot
 
 
-def _gil_enabled() -> bool:
+def gil_enabled() -> bool:
     """False on a free-threaded build running without its GIL (3.13+)."""
     is_enabled = getattr(sys, "_is_gil_enabled", None)
     return True if is_enabled is None else bool(is_enabled())
@@ -40,9 +41,12 @@ def _gil_enabled() -> bool:
 class Registration:
     """This process's link to the collector. ``ring`` is None unless ``status == "ok"``."""
 
+    kind = "collector"
+
     def __init__(self, socket_path: Optional[str] = None, long_wait_ns: int = 1_000_000) -> None:
         self.socket_path = socket_path or os.environ.get(OTEL_GIL_SOCKET) or DEFAULT_SOCKET
         self.long_wait_ns = long_wait_ns
+        self.quiet = False  # True while backend.start() only asks whether a collector answers
         self.ring: Optional[Ring] = None
         self.status = PENDING
         self.detail = ""
@@ -53,11 +57,12 @@ class Registration:
         self._stop = threading.Event()
         self._sock: Optional[socket.socket] = None
         self._thread: Optional[threading.Thread] = None
+        self._pid = os.getpid()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._after_fork)
 
     def start(self) -> None:
-        """Start registering (idempotent: span hooks call it while a forked child is pending)."""
+        """Start registering (once; not after stop())."""
         if self._thread is None and not self._stop.is_set():
             self._thread = threading.Thread(target=self._run, name="otel-gil-registrar", daemon=True)
             self._thread.start()
@@ -76,10 +81,19 @@ class Registration:
                 pass
         self._set(None, PENDING, "")
 
+    def check_fork(self) -> None:
+        """Span hooks call this: a child of a fork made by C code (uWSGI's workers) ran no
+        at-fork hook, it runs now; and a forked child starts registering, on its first span."""
+        if os.getpid() != self._pid:
+            self._after_fork()
+        if self._thread is None:
+            self.start()
+
     def _after_fork(self) -> None:
         """The child has the parent's socket and ring but not its thread, and a new pid. It
         pays nothing now: it registers when it makes its first span (spans say ``pending``
         until then), so children that make none (multiprocessing, ForkingMixIn) never do."""
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         if self._sock is not None:
             self._sock.close()  # only the child's copy: the parent's connection stays up
@@ -95,7 +109,7 @@ class Registration:
             self.ring = ring
             self.status, self.detail = status, detail
             self.generation += 1
-        if status != REGISTERED and status not in self._logged and status != PENDING:
+        if status != REGISTERED and status not in self._logged and status != PENDING and not self.quiet:
             self._logged.add(status)
             log.warning("otel-gil: no GIL figures (%s): %s", status, detail)
 
@@ -115,7 +129,7 @@ class Registration:
 
     def _attempt(self) -> bool:
         """One registration; True when retrying cannot help."""
-        if not _gil_enabled():
+        if not gil_enabled():
             self._set(None, protocol.GIL_DISABLED, "this interpreter runs without a GIL (free-threaded build)")
             return True
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -154,6 +168,12 @@ class Registration:
         finally:
             for fd in fds:
                 os.close(fd)
+        if not _gil_located(ring):
+            sock.close()
+            self._set(None, protocol.GIL_NOT_LOCATED,
+                      f"the collector's probes saw no GIL hand-off of this process in {_LOCATE_TIMEOUT_S} s: "
+                      "its build calls pthread_cond_* somewhere they do not watch; please report it")
+            return True
         self._sock = sock
         self._set(ring, REGISTERED, "")
         log.info("otel-gil: registered with the collector at %s", self.socket_path)
@@ -185,3 +205,14 @@ class Registration:
         if not self._stop.is_set():
             self._logged.discard(NO_COLLECTOR)
             self._set(None, NO_COLLECTOR, "the collector went away; re-registering when it is back")
+
+
+def _gil_located(ring: Ring) -> bool:
+    """Whether the GIL's condition variables got learned: each sleep here is a GIL hand-off
+    the probes see, so a healthy process is located after the first one."""
+    deadline = time.monotonic() + _LOCATE_TIMEOUT_S
+    while not ring.header.switch_cond:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True

@@ -13,3 +13,6 @@ OTEL_GIL_NO_EXTENSIONS = "OTEL_GIL_NO_EXTENSIONS"
 """Set to 1 to use the Python span hooks even where the C ones (``otel_gil._fastspan``) were built."""
 
 DEFAULT_SOCKET = "/run/otel-gil/otel-gil.sock"
+
+OTEL_GIL_BACKEND = "OTEL_GIL_BACKEND"
+"""Who measures: ``auto`` (default: the collector if one answers, else in-process), ``inprocess``, ``collector``."""

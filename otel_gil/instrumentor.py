@@ -9,7 +9,7 @@ from typing import Collection, Optional
 from opentelemetry import metrics, trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-from otel_gil.client import Registration
+from otel_gil import backend, threads
 from otel_gil.environment_variables import OTEL_GIL_LONG_WAIT_MS, OTEL_GIL_NO_EXTENSIONS, OTEL_GIL_REGISTER_TIMEOUT_S
 from otel_gil.metrics import GilMetrics
 from otel_gil.package import _instruments
@@ -34,11 +34,12 @@ class GilInstrumentor(BaseInstrumentor):
     """Puts GIL wait and hold time on every span.
 
     Kwargs of ``instrument()``: ``tracer_provider`` (default: the global one, which
-    must be the SDK's), ``meter_provider`` (default: the global one), ``socket_path`` (default ``$OTEL_GIL_SOCKET``),
+    must be the SDK's), ``meter_provider`` (default: the global one), ``backend`` (``auto``, ``inprocess``
+    or ``collector``; default ``$OTEL_GIL_BACKEND`` or auto), ``socket_path`` (default ``$OTEL_GIL_SOCKET``),
     ``long_wait_ms`` and ``register_timeout_s`` (defaults from the environment).
     """
 
-    _registration: Optional[Registration] = None
+    _backend: Optional[backend.Backend] = None
     _processor: Optional[GilSpanProcessor] = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
@@ -54,20 +55,20 @@ class GilInstrumentor(BaseInstrumentor):
             return
         long_wait_ms = kwargs.get("long_wait_ms", _env_float(OTEL_GIL_LONG_WAIT_MS, 1.0))
         timeout = kwargs.get("register_timeout_s", _env_float(OTEL_GIL_REGISTER_TIMEOUT_S, 2.0))
-        registration = Registration(kwargs.get("socket_path"), int(long_wait_ms * 1e6))
-        registration.start()
+        source = backend.start(kwargs.get("backend"), kwargs.get("socket_path"), int(long_wait_ms * 1e6), timeout)
         meter = metrics.get_meter(__name__, __version__, kwargs.get("meter_provider"))
         fast = os.environ.get(OTEL_GIL_NO_EXTENSIONS, "").strip().lower() not in ("1", "true", "yes")
-        processor = GilSpanProcessor(registration, GilMetrics(registration, meter), fast=fast)
+        processor = GilSpanProcessor(source, GilMetrics(source, meter, fast), fast=fast)
         provider.add_span_processor(processor)
         wrap_span_end(processor)
-        GilInstrumentor._registration, GilInstrumentor._processor = registration, processor
-        registration.wait(timeout)
+        threads.watch_starts()  # metrics name a thread even if it exits between two reads
+        GilInstrumentor._backend, GilInstrumentor._processor = source, processor
 
     def _uninstrument(self, **kwargs) -> None:
         unwrap_span_end()
+        threads.unwatch_starts()
         if self._processor is not None:
             self._processor.enabled = False  # the SDK has no remove_span_processor
-        if self._registration is not None:
-            self._registration.stop()
-        GilInstrumentor._registration = GilInstrumentor._processor = None
+        if self._backend is not None:
+            self._backend.stop()
+        GilInstrumentor._backend = GilInstrumentor._processor = None

@@ -25,6 +25,7 @@ BAD_REQUEST = "bad_request"
 UNSUPPORTED_VERSION = "unsupported_version"
 UNSUPPORTED_INTERPRETER = "unsupported_interpreter"
 GIL_DISABLED = "gil_disabled"
+GIL_NOT_LOCATED = "gil_not_located"  # registered, but no GIL hand-off was seen through the probes
 ATTACH_FAILED = "attach_failed"
 TOO_MANY_PROCESSES = "too_many_processes"
 PROCESS_GONE = "process_gone"

@@ -2,7 +2,9 @@
 
 The collector hands each registered process a read-only file descriptor for a
 BPF array: entry 0 is a :class:`Header`, entries ``1..nslots`` are one
-:class:`Slot` per thread. :class:`Ring` maps it and reads it with plain loads.
+:class:`Slot` per thread, then ``HOLD_PAGES`` entries hold the process's hold log
+(every thread's recent holds, for blame by time held). :class:`Ring` maps it and
+reads it with plain loads. What each writer event writes: collector/gil_layout.h.
 """
 
 from __future__ import annotations
@@ -11,15 +13,23 @@ import ctypes
 import mmap
 import os
 import struct
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple, Optional
 
 MAGIC = 0x004C49474C45544F
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 5
 HIST_BUCKETS = 32
 RING_LEN = 16
 PROBE_LEN = 16
+HOLD_LOG_LEN = 4096
+HOLDS_PER_PAGE = 32
+HOLD_PAGES = HOLD_LOG_LEN // HOLDS_PER_PAGE
 SLOT_IN_TAKE_GIL = 1
+SLOT_FORCED = 2
+SLOT_UNCHECKED = 4
+WAIT_FORCED = 1
+HOLD_RECORD_NS = 100_000  # header.hold_record_ns, as both writers set it: holds this long are logged
 CLOCK_MONOTONIC = 1
 SNAPSHOT_TRIES = 10_000
 
@@ -32,8 +42,22 @@ class LongWait(ctypes.Structure):
         ("start_ns", _u64),
         ("end_ns", _u64),
         ("blocker_tid", _u32),
+        ("flags", _u32),
+        ("held_ns", _u64),
+    ]
+
+
+class HoldRecord(ctypes.Structure):
+    _fields_ = [
+        ("start_ns", _u64),
+        ("end_ns", _u64),
+        ("tid", _u32),
         ("reserved", _u32),
     ]
+
+
+class HoldPage(ctypes.Structure):
+    _fields_ = [("holds", HoldRecord * HOLDS_PER_PAGE)]
 
 
 class LongHold(ctypes.Structure):
@@ -59,6 +83,10 @@ class Slot(ctypes.Structure):
         ("ring", LongWait * RING_LEN),
         ("long_holds", _u64),
         ("hold_ring", LongHold * RING_LEN),
+        ("wait_mark_ns", _u64),
+        ("wait_acq_mark", _u64),
+        ("forced_waits", _u64),
+        ("forced_acq_mark", _u64),
     ]
 
 
@@ -78,7 +106,7 @@ class Header(ctypes.Structure):
         ("gil_cond", _u64),
         ("switch_cond", _u64),
         ("last_release_tid", _u32),
-        ("exits_started", _u32),
+        ("holder_tid", _u32),
         ("slot_overflows", _u64),
         ("exited_threads", _u64),
         ("exited_wait_ns", _u64),
@@ -86,6 +114,13 @@ class Header(ctypes.Structure):
         ("exited_acquisitions", _u64),
         ("exited_convoy_waits", _u64),
         ("long_hold_ns", _u64),
+        ("last_acquired_ns", _u64),
+        ("acquisitions_total", _u64),
+        ("held_total_ns", _u64),
+        ("drop_request", _u64),
+        ("holds_written", _u64),
+        ("hold_record_ns", _u64),
+        ("exits_started", _u64),
     ]
 
 
@@ -106,7 +141,15 @@ def _leading_fields(structure, last: str) -> struct.Struct:
 
 _SLOT_HEAD = _leading_fields(Slot, "acquired_ns")  # seq .. acquired_ns
 _TID = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
 _TID_OFFSET = Slot.tid.offset
+_HOLD = struct.Struct("<QQI4x")
+_HOLDS_WRITTEN_OFFSET = Header.holds_written.offset
+
+
+def entries(nslots: int) -> int:
+    """Array entries of a process with ``nslots`` thread slots: header, slots, hold log."""
+    return 1 + nslots + HOLD_PAGES
 
 
 class LayoutError(Exception):
@@ -133,11 +176,35 @@ _new_tuple = tuple.__new__
 
 @dataclass(frozen=True)
 class Wait:
-    """A long wait: when it started and ended, and who released the GIL to us."""
+    """A long wait: when it started and ended, who released the GIL to us, how long
+    any thread held the GIL meanwhile (the rest was hand-off), and whether it began
+    at a forced switch."""
 
     start_ns: int
     end_ns: int
     blocker_tid: int
+    held_ns: int = 0
+    forced: bool = False
+
+
+class Hold(NamedTuple):
+    """A recorded hold of the process's hold log."""
+
+    start_ns: int
+    end_ns: int
+    tid: int
+
+
+def held_during(holds: list[Hold], ends: list[int], start_ns: int, end_ns: int) -> dict[int, int]:
+    """ns each thread held the GIL within ``[start_ns, end_ns)``, from ``holds`` in log order
+    (holds never overlap, so they are sorted by start and end alike; ``ends`` = their end_ns)."""
+    held: dict[int, int] = {}
+    for i in range(bisect_right(ends, start_ns), len(holds)):
+        h = holds[i]
+        if h.start_ns >= end_ns:
+            break
+        held[h.tid] = held.get(h.tid, 0) + min(h.end_ns, end_ns) - max(h.start_ns, start_ns)
+    return held
 
 
 def _closed(wait: int, hold: int, acquisitions: int, convoy: int, long_waits: int,
@@ -150,9 +217,11 @@ def _closed(wait: int, hold: int, acquisitions: int, convoy: int, long_waits: in
 
 
 def counters(slot: Slot, now_ns: int) -> Counters:
-    """Figures of ``slot``, with any open wait or hold counted up to ``now_ns``."""
+    """Figures of ``slot``, with any open wait or hold counted up to ``now_ns`` (not a wait
+    still unchecked: it may turn out to be no wait)."""
+    wait_start = 0 if slot.flags & SLOT_UNCHECKED else slot.wait_start_ns
     return _closed(slot.wait_ns, slot.hold_ns, slot.acquisitions, slot.convoy_waits, slot.long_waits,
-                   slot.wait_start_ns, slot.acquired_ns, now_ns)
+                   wait_start, slot.acquired_ns, now_ns)
 
 
 def long_waits_since(slot: Slot, since: int) -> tuple[list[Wait], int]:
@@ -162,7 +231,7 @@ def long_waits_since(slot: Slot, since: int) -> tuple[list[Wait], int]:
     waits = []
     for i in range(first, total):
         lw = slot.ring[i % RING_LEN]
-        waits.append(Wait(lw.start_ns, lw.end_ns, lw.blocker_tid))
+        waits.append(Wait(lw.start_ns, lw.end_ns, lw.blocker_tid, lw.held_ns, bool(lw.flags & WAIT_FORCED)))
     return waits, first - since
 
 
@@ -215,8 +284,8 @@ class Ring:
                 f"ring layout v{h.layout_version} ({h.slot_size} B slots), this otel_gil reads "
                 f"v{LAYOUT_VERSION} ({SLOT_SIZE} B): upgrade otel_gil or the collector so they match"
             )
-        if size < (h.nslots + 1) * SLOT_SIZE:
-            raise LayoutError(f"mapping of {size} B is too small for {h.nslots} slots")
+        if size < entries(h.nslots) * SLOT_SIZE:
+            raise LayoutError(f"mapping of {size} B is too small for {h.nslots} slots and the hold log")
         self.nslots = h.nslots
         self.long_wait_ns = h.long_wait_ns  # fixed for the ring's life
         self._slots = [Slot.from_address(address + i * SLOT_SIZE) for i in range(1, h.nslots + 1)]
@@ -294,6 +363,31 @@ class Ring:
             if not seq & 1 and live.seq == seq:
                 return copy
         raise BusySlot(f"slot {index} was being written during {SNAPSHOT_TRIES} reads (seq {live.seq})")
+
+    def holds_since(self, since_ns: int) -> tuple[list[Hold], bool]:
+        """Recorded holds that ended after ``since_ns``, oldest first, and whether the log
+        reached back that far (False: older ones were overwritten, or written meanwhile).
+
+        Reads newest to oldest and stops at the first hold that ended by ``since_ns``
+        (releases are serialized: the log is in time order).
+        """
+        data, base = self._bytes, (self.nslots + 1) * SLOT_SIZE
+        written = _U64.unpack_from(data, _HOLDS_WRITTEN_OFFSET)[0]
+        found, complete, i = [], written <= HOLD_LOG_LEN, written - 1
+        while i >= 0 and i >= written - HOLD_LOG_LEN:
+            pos = i % HOLD_LOG_LEN
+            start, end, tid = _HOLD.unpack_from(
+                data, base + pos // HOLDS_PER_PAGE * SLOT_SIZE + pos % HOLDS_PER_PAGE * _HOLD.size)
+            if end <= since_ns:
+                complete = True
+                break
+            found.append((i, Hold(start, end, tid)))
+            i -= 1
+        now_written = _U64.unpack_from(data, _HOLDS_WRITTEN_OFFSET)[0]
+        oldest_intact = now_written - HOLD_LOG_LEN + 1  # the writer may be overwriting the one before
+        if found and found[-1][0] < oldest_intact:
+            complete = False
+        return [h for i, h in reversed(found) if i >= oldest_intact], complete
 
     def threads(self) -> Iterator[Slot]:
         """Consistent copies of every occupied slot."""

@@ -9,18 +9,23 @@ the cost, and hands every other case to these functions.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import wrapt
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, format_span_id
 
+from otel_gil import blame as blamelib
 from otel_gil import ring as ringlib
 from otel_gil import threads
-from otel_gil.client import PENDING, REGISTERED, Registration
+from otel_gil.backend import Backend
+from otel_gil.client import REGISTERED
 from otel_gil.metrics import GilMetrics
 
 log = logging.getLogger("otel_gil")
@@ -77,13 +82,12 @@ def _read(ring: ringlib.Ring, cache: list, now: int) -> ringlib.Counters:
     return ring.read(index, cache[1], now)
 
 
-def snapshot(registration: Registration, metrics: Optional[GilMetrics] = None) -> _Start:
+def snapshot(registration: Backend, metrics: Optional[GilMetrics] = None) -> _Start:
+    registration.check_fork()  # a fork by C code (uWSGI) runs no Python at-fork hook; a child registers now
     ring, generation, status = registration.ring, registration.generation, registration.status
     cache = _thread_tid(generation)
     now, wall = time.monotonic_ns(), time.time_ns()
     if ring is None or status != REGISTERED:
-        if status == PENDING:
-            registration.start()  # a forked child registers on its first span
         return _Start(registration, None, generation, cache[1], now, wall, ringlib.ZERO, status, metrics)
     return _Start(registration, ring, generation, cache[1], now, wall, _read(ring, cache, now), status, metrics)
 
@@ -93,6 +97,33 @@ def _last_wait_end(ring: ringlib.Ring, index: int, counters: ringlib.Counters) -
     if not counters.long_waits:
         return 0
     return ring.slot(index).ring[(counters.long_waits - 1) % ringlib.RING_LEN].end_ns
+
+
+def blocker_spans(wall_minus_mono: int) -> Optional[Callable[[int, int], Optional[tuple[str, str]]]]:
+    """``span_of(tid, since_mono_ns)``: (name, span id) of the span thread ``tid`` is in now,
+    if that span began by ``since_mono_ns`` (so the thread held the GIL inside it); None
+    where the threads' OpenTelemetry contexts cannot be read (no C extension, another
+    runtime context). Rare path: spans with long waits only."""
+    var = getattr(getattr(otel_context, "_RUNTIME_CONTEXT", None), "_current_context", None)
+    if _fastspan is None or not isinstance(var, contextvars.ContextVar):
+        return None
+    native = {t.ident: t.native_id for t in threading.enumerate()}
+    spans = {}
+    for ident, ctx in _fastspan.thread_contexts().items():
+        current = ctx.get(var)
+        if current is not None and ident in native:
+            span = trace.get_current_span(current)
+            if span.is_recording():
+                spans[native[ident]] = span
+
+    def span_of(tid: int, since_mono_ns: int) -> Optional[tuple[str, str]]:
+        span = spans.get(tid)
+        start = getattr(span, "start_time", None)
+        if start is None or start > since_mono_ns + wall_minus_mono:
+            return None
+        return span.name, format_span_id(span.get_span_context().span_id)
+
+    return span_of
 
 
 def figures(
@@ -107,14 +138,12 @@ def figures(
     they are counted too; shorter waits and holds there are not visible.
     """
     thread = threading.current_thread()
-    attrs: dict = {"thread.name": thread.name}
+    attrs: dict = {"thread.name": thread.name, "thread.id": thread.ident}
     reg, ring = start.registration, start.ring
     if ring is None:
         attrs["gil.status"] = start.status
-        attrs["thread.id"] = start.tid
         return attrs, []
     cache = _thread_tid(start.generation)
-    attrs["thread.id"] = cache[1]
     if cache[1] != start.tid:
         attrs["gil.status"] = CROSS_THREAD
         return attrs, []
@@ -135,21 +164,30 @@ def figures(
         dropped = long_waits1 - long_waits0 - ringlib.RING_LEN
         if dropped > 0:
             attrs["gil.long_waits_dropped"] = dropped
-        names = threads.names()
+        waits = [w for w in waits if w.start_ns >= start.mono_ns - gap and w.end_ns <= now]
+        live = threads.live()
+
+        def who(tid: int) -> tuple[Optional[int], Optional[str]]:
+            python_thread = live.get(tid)
+            return getattr(python_thread, "ident", None), threads.name(tid, live)
+
         wall_minus_mono = start.wall_ns - start.mono_ns
+        log = blamelib.HoldLog.read(ring, waits[0].start_ns) if waits else None
+        span_of = blocker_spans(wall_minus_mono) if waits else None
+        blames = []
         for w in waits:
-            if w.start_ns < start.mono_ns - gap or w.end_ns > now:
-                continue
             length = w.end_ns - w.start_ns
             if w.end_ns <= start.mono_ns:  # before the span object existed: not in the counters
                 wait += length
                 acquisitions += 1
                 convoy += length >= ring.header.convoy_ns
-            event = {"gil.wait_ms": round(length / 1e6, 3), "gil.blocker.thread.id": w.blocker_tid}
-            blocker = threads.name(w.blocker_tid, names)
-            if blocker is not None:
-                event["gil.blocker.thread.name"] = blocker
-            events.append(("gil.wait", event, w.start_ns + wall_minus_mono))
+            blames.append(log.blame(w))
+            events.append(("gil.wait", blamelib.event_attributes(blames[-1], who, span_of),
+                           w.start_ns + wall_minus_mono))
+        top = blamelib.top_blocker(blames)
+        if top is not None:
+            attrs.update(blamelib.thread_attributes("gil.top_blocker.thread", top[0], who))
+            attrs["gil.top_blocker.hold_ms"] = round(top[1] / 1e6, 3)
     duration = max(span_end_ns - span_start_ns, now - start.mono_ns, 1)
     attrs.update(
         {
@@ -168,7 +206,7 @@ class GilSpanProcessor(SpanProcessor):
     """Snapshots the thread's GIL counters as each span starts (figures land at ``Span.end``,
     see :func:`wrap_span_end`). ``fast``: the C hooks, where they were built."""
 
-    def __init__(self, registration: Registration, metrics: Optional[GilMetrics] = None, fast: bool = True) -> None:
+    def __init__(self, registration: Backend, metrics: Optional[GilMetrics] = None, fast: bool = True) -> None:
         self.registration = registration
         self.metrics = metrics
         self._hooks = None

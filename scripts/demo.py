@@ -1,9 +1,11 @@
-"""The demo: Jaeger, the collector and the Flask example under opentelemetry-instrument
-(its metrics thread hogging the GIL), some load, then the slowest spans as Jaeger
-has them: duration, GIL wait, GIL hold, and who held the GIL meanwhile.
+"""The demo: Jaeger, Prometheus (with examples/alerts), the collector and the Flask
+example under opentelemetry-instrument (its metrics thread hogging the GIL), some load,
+then the slowest spans as Jaeger has them: duration, GIL wait, GIL hold, and who held
+the GIL meanwhile; the URL of the slowest trace in Jaeger's UI, and the alert's state.
 
-    sudo make demo                                 (or: sudo .venv/bin/python scripts/demo.py)
-    sudo .venv/bin/python scripts/demo.py --keep   (leave the stack up to browse Jaeger's API)
+    make demo                                      (or, as root: .venv/bin/python scripts/demo.py)
+    .venv/bin/python scripts/demo.py --keep        (as root; keep the stack up, and the load on, until Enter:
+                                                    GilContention goes pending, then fires after its for:)
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,17 +26,28 @@ import stack  # noqa: E402
 
 SERVICE = "flask-gil-demo"
 ROUTES = "/io,/cpu,/slow_c"
+RULES = ROOT / "examples" / "alerts" / "gil-rules.yml"
 
 
 def blockers(span: dict) -> str:
-    names = collections.Counter(
-        f["value"] for log in span.get("logs", []) for f in log["fields"] if f["key"] == "gil.blocker.thread.name"
-    )
-    return ", ".join(f"{name} x{n}" for name, n in names.most_common(2)) or "-"
+    """Who held the GIL while the span waited, by time held: its top blocker (over all its long
+    waits), then the next one its gil.wait events name."""
+    tags = span["tags"]
+    top = tags.get("gil.top_blocker.thread.name")
+    if top is None:
+        return "-"
+    others: collections.Counter = collections.Counter()
+    for log in span.get("logs", []):
+        fields = {f["key"]: f["value"] for f in log["fields"]}
+        if fields.get("gil.blocker.thread.name", top) != top:
+            others[fields["gil.blocker.thread.name"]] += fields.get("gil.blocker.hold_ms", 0)
+    shown = [f"{top} {tags['gil.top_blocker.hold_ms']:.1f}ms"]
+    shown += [f"{name} {ms:.1f}ms" for name, ms in others.most_common(1)]
+    return ", ".join(shown)
 
 
 def table(spans: list[dict], rows: int) -> str:
-    lines = [f"{'span':<14} {'duration':>9} {'GIL wait':>9} {'GIL hold':>9} {'wait %':>7}  waited on (long waits)"]
+    lines = [f"{'span':<14} {'duration':>9} {'GIL wait':>9} {'GIL hold':>9} {'wait %':>7}  held the GIL meanwhile"]
     for s in sorted(spans, key=lambda s: s["duration"], reverse=True)[:rows]:
         t = s["tags"]
         lines.append(
@@ -41,6 +55,32 @@ def table(spans: list[dict], rows: int) -> str:
             f"{100 * t['gil.wait_ratio']:>6.1f}%  {blockers(s)}"
         )
     return "\n".join(lines)
+
+
+def load(url: str, requests: int, max_seconds: int = 120) -> list[str]:
+    return [sys.executable, str(ROOT / "examples" / "load.py"), "--url", url, "--routes", ROUTES,
+            "--requests", str(requests), "--concurrency", "4", "--max-seconds", str(max_seconds)]
+
+
+def trace_link(spans: list[dict]) -> str:
+    slowest = max(spans, key=lambda s: s["duration"])
+    if stack.jaeger_ui_assets() is None:
+        return (f"Jaeger's UI build is not at {stack.JAEGER_UI} (OTEL_GIL_JAEGER_UI names another): the slowest "
+                f"trace's JSON is at {stack.JAEGER_QUERY}/api/traces/{slowest['traceID']}")
+    return f"the slowest trace in Jaeger's UI: {stack.JAEGER_QUERY}/trace/{slowest['traceID']}"
+
+
+def alert_status() -> str:
+    """GilContention as Prometheus evaluates it now, with the figure its rule thresholds."""
+    deadline = time.monotonic() + 20  # the app exports every second, the rules run every 2
+    while not (ratio := stack.prometheus_api("query", query=f'process:gil_wait_ratio:rate5m{{job="{SERVICE}"}}')
+               ["result"]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    value = f"{float(ratio[0]['value'][1]):.2f}" if ratio else "no data (see the app's log)"
+    states = [a["state"] for a in stack.prometheus_api("alerts")["alerts"]
+              if a["labels"].get("alertname") == "GilContention" and a["labels"].get("job") == SERVICE]
+    return (f"Prometheus ({stack.PROMETHEUS}/api/v1/alerts): GilContention {states[0] if states else 'inactive'}; "
+            f"its rule's 5-minute wait ratio is {value} (pending above 0.5, firing after 10 minutes of it)")
 
 
 def main() -> int:
@@ -51,7 +91,7 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the stack running until Enter is pressed")
     args = parser.parse_args()
     if os.geteuid() != 0:
-        sys.exit("demo: the collector is eBPF and needs root: sudo make demo")
+        sys.exit("demo: the collector is eBPF and needs root: make demo (it uses sudo), or run this as root")
     requests = 40 if args.short else args.requests
     work = Path(tempfile.mkdtemp(prefix="otel-gil-demo-"))
     started: list[stack.Service] = []
@@ -61,21 +101,29 @@ def main() -> int:
         else:
             print("Jaeger: starting the cached build (the first run builds it: about 8 minutes)...", flush=True)
             started.append(stack.start_jaeger(work / "jaeger.log"))
+        if stack.prometheus_up():
+            print(f"Prometheus: using the one already answering on {stack.PROMETHEUS}", flush=True)
+        else:
+            print("Prometheus: starting the cached build with examples/alerts (the first run builds it)...", flush=True)
+            started.append(stack.start_prometheus(work, [RULES], evaluation_interval="2s"))
         print("collector: compiling and loading the eBPF program...", flush=True)
         collector = stack.start_collector(str(work / "otel-gil.sock"), work / "collector.log")
         started.append(collector)
         print("Flask example under opentelemetry-instrument, metrics thread hogging the GIL...", flush=True)
-        app = stack.start_app("flask", "dev", 18080, SERVICE, collector.address, work / "app.log")
+        app = stack.start_app("flask", "dev", 18080, SERVICE, collector.address, work / "app.log", metrics=True)
         started.append(app)
         print(f"driving {requests} requests on {ROUTES}...", flush=True)
-        subprocess.run([sys.executable, str(ROOT / "examples" / "load.py"), "--url", app.address, "--routes", ROUTES,
-                        "--requests", str(requests), "--concurrency", "4"], check=True)
+        subprocess.run(load(app.address, requests), check=True)
         stack.wait_for_spans(SERVICE, "GET /io", requests // 3)
         spans = [s for s in stack.jaeger_spans(SERVICE) if s["tags"].get("span.kind") == "server"]
         print(f"\nslowest of {len(spans)} server spans, from Jaeger ({stack.JAEGER_QUERY}/api/traces?service={SERVICE}):\n")
         print(table(spans, args.rows))
+        print(f"\n{trace_link(spans)}\n{alert_status()}")
         if args.keep:
-            input(f"\nJaeger answers on {stack.JAEGER_QUERY}; press Enter to stop everything. ")
+            with subprocess.Popen(load(app.address, 10**7, 3600), stdout=subprocess.DEVNULL) as background:
+                input("\nthe load goes on; press Enter to stop everything. ")
+                background.terminate()
+            print(alert_status())
     except stack.StackError as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 1

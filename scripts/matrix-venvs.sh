@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # One virtualenv per CPython of the verified matrix (.venv-matrix/3.X), from pyenv's
-# builds, with what the test workloads import. Idempotent; builds them in parallel.
+# builds, with what the test workloads import, and otel_gil's C parts built in place for
+# each (ABI-tagged .so files side by side; the workloads import otel_gil from the checkout).
+# Idempotent; builds the venvs in parallel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=${PYENV_ROOT:-$HOME/.pyenv}
-deps=(opentelemetry-sdk opentelemetry-instrumentation wrapt)
+deps=(opentelemetry-sdk opentelemetry-instrumentation wrapt setuptools)
 pids=()
 for v in 3.9 3.10 3.11 3.12 3.13; do
     [ -x ".venv-matrix/$v/bin/python" ] && continue
@@ -15,3 +17,10 @@ for v in 3.9 3.10 3.11 3.12 3.13; do
     pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
+for v in 3.9 3.10 3.11 3.12 3.13; do
+    [ -x ".venv-matrix/$v/bin/python" ] || continue
+    ".venv-matrix/$v/bin/python" -c "import setuptools" 2>/dev/null || ".venv-matrix/$v/bin/python" -m pip install -q setuptools
+    ".venv-matrix/$v/bin/python" setup.py -q build_ext --inplace >/dev/null 2>&1
+    ".venv-matrix/$v/bin/python" -c "import otel_gil._inprocess" \
+        || { echo "matrix-venvs.sh: otel_gil._inprocess did not build for $v" >&2; exit 1; }
+done

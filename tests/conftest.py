@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from helpers import NOBODY, ROOT, Runner, stack
+from helpers import BACKENDS, NOBODY, ROOT, Rootfs, Runner, interpreters, matrix_names, stack
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def backend(request) -> str:
+    """Who writes the GIL slots: every figure test runs once per writer (OTEL_GIL_BACKEND)."""
+    return request.param
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +45,31 @@ def collector() -> stack.Service:
         pytest.fail("the collector did not stop on SIGTERM")
     assert service.proc.returncode == 0, service.log_text()
     shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def matrix_runner(collector):
+    """name -> Runner for every build of the matrix (helpers.matrix_names): the host's, and
+    those of scripts/rootfs.sh's trees, each tree set up on first use and undone at the end."""
+    host, trees = interpreters(), {}
+
+    def get(name: str) -> Runner:
+        if name in host:
+            return host[name]
+        tree, version, isolation = name.split("-")
+        if tree not in trees:
+            trees[tree] = Rootfs(tree, os.path.dirname(collector.address))
+        return trees[tree].runner(version, isolation)
+
+    yield get
+    for tree in trees.values():
+        tree.close()
+
+
+@pytest.fixture(params=matrix_names())
+def interpreter(request, matrix_runner) -> Runner:
+    """Each build of the verified matrix in turn (README's table)."""
+    return matrix_runner(request.param)
 
 
 def _sandbox(pid_namespace: bool):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,21 +27,30 @@ def within(measured: float, truth: float, rel: float = 0.05, abs_ms: float = 0.5
     return abs(measured - truth) <= max(rel * truth, abs_ms)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Runner:
     """How to run a workload: which interpreter, inside what, with which import path."""
 
     python: str
     repo: Path = ROOT  # the checkout as the runner sees it
     env: dict = field(default_factory=lambda: {"PYTHONPATH": str(ROOT)})
-    prefix: tuple[str, ...] = ()  # e.g. a sandbox that drops privileges
+    prefix: tuple[str, ...] = ()  # e.g. a sandbox that drops privileges, a chroot
+
+    def command(self, script: Path, *args: str) -> list[str]:
+        return [*self.prefix, self.python, str(self.repo / script.relative_to(ROOT)), *args]
 
 
 MATRIX = ("3.9", "3.10", "3.11", "3.12", "3.13")
+# Debian's own builds from root filesystems made by scripts/rootfs.sh: sid's (glibc 2.4x) and
+# bullseye's 3.9 (glibc 2.31: pthread_cond_* in libpthread.so.0), each run in a container-like
+# namespace (pivot_root, own pid namespace) and in a plain chroot (the collector's mount namespace).
+ROOTFS_PYTHONS = {"sid": ("3.13", "3.14", "3.15"), "bullseye": ("3.9",)}
+ISOLATIONS = ("container", "chroot")
+BACKENDS = ("collector", "inprocess")  # the two writers of the slot layout
 
 
 def interpreters() -> dict[str, Runner]:
-    """Every CPython build the figures are verified on (see README): pyenv builds with
+    """The host's CPython builds the figures are verified on (see README): pyenv builds with
     symbols in .venv-matrix/ (``make matrix``), and Debian's stripped LTO+PGO python3.11."""
     runners = {f"pyenv-{v}": Runner(str(ROOT / ".venv-matrix" / v / "bin" / "python")) for v in MATRIX}
     site = sysconfig.get_paths()["purelib"]  # the main venv: Python 3.11, like Debian's
@@ -46,18 +58,152 @@ def interpreters() -> dict[str, Runner]:
     return runners
 
 
-def run_scenario(name: str, socket_path: str, *options: str, runner: "Runner | None" = None) -> dict:
-    """Run tests/workloads/scenarios.py in a new process and return its JSON report."""
+def rootfs_interpreters() -> list[tuple[str, str, str]]:
+    """(root filesystem, version, isolation) of every rootfs build in the matrix."""
+    return [(fs, v, how) for fs, versions in ROOTFS_PYTHONS.items() for v in versions for how in ISOLATIONS]
+
+
+def matrix_names() -> list[str]:
+    """Every build of the verified matrix, by the name ``Rootfs.runner``/``interpreters()`` know it."""
+    return [*interpreters(), *(f"{fs}-{v}-{how}" for fs, v, how in rootfs_interpreters())]
+
+
+# The tree bound at another path in a private mount namespace, then chrooted into: the
+# collector sees its files under a path that exists nowhere in its own mount namespace.
+_BIND_CHROOT = """set -e
+tree=$1 at=$2; shift 2
+mount --rbind "$tree" "$at"
+exec chroot "$at" "$@"
+"""
+# A container as runtimes make one: own mount and pid namespaces, the tree bound onto itself
+# (pivot_root needs a mount point), /proc of the new pid namespace, the old root detached.
+_PIVOT_ROOT = """set -e
+root=$1; shift
+mount --rbind "$root" "$root"
+mount -t proc proc "$root/proc"
+cd "$root"
+pivot_root . mnt
+umount -l /mnt
+exec "$@"
+"""
+
+
+_EXT_MODULES = """import setuptools
+setuptools.setup = lambda **kw: print(" ".join(e.name for e in kw.get("ext_modules", [])))
+exec(open("setup.py").read())
+"""
+
+
+@functools.cache
+def extension_modules() -> list[str]:
+    """The extension modules setup.py builds (its ``setup()`` call, intercepted)."""
+    done = subprocess.run([sys.executable, "-c", _EXT_MODULES], cwd=ROOT, capture_output=True, text=True, check=True)
+    return done.stdout.split()
+
+
+class Rootfs:
+    """A cached Debian tree (``scripts/rootfs.sh NAME``) set up for one test session: a copy of
+    the checkout inside it with otel_gil's C parts built for each of its interpreters (as
+    ABI-tagged files side by side; the host's checkout is left alone), and the collector's
+    socket directory bound at the same path. ``close`` undoes both."""
+
+    def __init__(self, name: str, socket_dir: str) -> None:
+        done = subprocess.run([str(ROOT / "scripts" / "rootfs.sh"), name], capture_output=True, text=True)
+        assert done.returncode == 0, f"scripts/rootfs.sh {name} failed:\n{done.stderr}"
+        self.name, self.path = name, Path(done.stdout.split()[-1])
+        self.socket_dir = socket_dir
+        self.repo = Path(tempfile.mkdtemp(prefix="otel-gil-src-", dir=self.path / "tmp"))
+        self.inside = Path("/") / self.repo.relative_to(self.path)  # the copy as processes inside see it
+        (self.path / socket_dir.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "--bind", socket_dir, str(self.path / socket_dir.lstrip("/"))], check=True)
+        for part in ("otel_gil", "collector", "tests/workloads"):  # collector/: headers setup.py includes
+            shutil.copytree(ROOT / part, self.repo / part, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+        for part in ("setup.py", "pyproject.toml", "README.md"):
+            shutil.copy2(ROOT / part, self.repo / part)
+        for v in ROOTFS_PYTHONS[name]:
+            self._build_extensions(v)
+
+    def _python(self, version: str) -> str:
+        return f"/opt/venv/{version}/bin/python"
+
+    def _build_extensions(self, version: str) -> None:
+        """Every extension module of setup.py, built in place for this interpreter; one that did
+        not build fails the session (they are optional for pip, not for the matrix)."""
+        python = ["chroot", str(self.path), self._python(version)]
+        build = subprocess.run(["chroot", str(self.path), "sh", "-c", f"cd {self.inside} && {self._python(version)} "
+                                "setup.py -q build_ext --inplace"], capture_output=True, text=True)
+        suffix = subprocess.run([*python, "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        modules = extension_modules()
+        missing = [m for m in modules if not (self.repo / (m.replace(".", "/") + suffix)).exists()]
+        assert modules and not missing, f"{self.name} python{version}: {missing} not built:\n{build.stdout}{build.stderr}"
+
+    def runner(self, version: str, isolation: str) -> Runner:
+        """``isolation``: ``container``, ``chroot`` (see ISOLATIONS), or ``bind`` (_BIND_CHROOT)."""
+        if isolation == "chroot":
+            root = ("chroot", str(self.path))
+        elif isolation == "bind":
+            self._bind_at.mkdir(exist_ok=True)
+            root = ("unshare", "--mount", "--propagation", "private",
+                    "sh", "-c", _BIND_CHROOT, "bind", str(self.path), str(self._bind_at))
+        else:
+            root = ("unshare", "--mount", "--pid", "--fork", "--kill-child", "--propagation", "private",
+                    "sh", "-c", _PIVOT_ROOT, "container", str(self.path))
+        return Runner(self._python(version), repo=self.inside, env={"PYTHONPATH": str(self.inside)}, prefix=root)
+
+    @property
+    def _bind_at(self) -> Path:
+        return Path(tempfile.gettempdir()) / f"otel-gil-bind-{self.repo.name}"
+
+    def close(self) -> None:
+        if self._bind_at.exists():
+            self._bind_at.rmdir()
+        subprocess.run(["umount", str(self.path / self.socket_dir.lstrip("/"))], check=True)
+        (self.path / self.socket_dir.lstrip("/")).rmdir()
+        shutil.rmtree(self.repo)
+
+
+def run_scenario(
+    name: str, socket_path: str, *options: str, runner: "Runner | None" = None, backend: str = "collector"
+) -> dict:
+    """Run tests/workloads/scenarios.py in a new process with ``backend`` (OTEL_GIL_BACKEND) and return its JSON report."""
     runner = runner or Runner(sys.executable)
     if not os.path.exists(runner.python) and not runner.prefix:
         raise AssertionError(f"{runner.python} is missing: run 'make matrix' (or 'make test') first")
-    cmd = [*runner.prefix, runner.python, str(runner.repo / SCENARIOS.relative_to(ROOT))]
-    env = {**os.environ, **runner.env}
-    done = subprocess.run([*cmd, name, socket_path, *options], capture_output=True, text=True, timeout=120, env=env)
+    cmd = runner.command(SCENARIOS, name, socket_path, *options)
+    env = {**os.environ, **runner.env, "OTEL_GIL_BACKEND": backend}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, f"{cmd} failed:\n{done.stderr}"
     report = json.loads(done.stdout)
     report["stderr"] = done.stderr
     return report
+
+
+def workload_pid(proc: subprocess.Popen) -> int:
+    """The host pid of the workload a runner started: the process itself, or the one
+    process at the end of a namespace launcher's chain (unshare forks, sh execs)."""
+    pid = proc.pid
+    for _ in range(3):
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            break
+        if len(children) != 1:
+            break
+        pid = int(children[0])
+    return pid
+
+
+def check_hog_ground_truth(report: dict) -> None:
+    """The hog scenario's figures against its truth: the victim's wait, the hog's hold, and
+    the hog named as blocker of every burst (MainThread may block the victim before the first)."""
+    victim, hog = span(report, "victim")["attributes"], span(report, "hog")["attributes"]
+    assert "gil.status" not in victim, report["stderr"]
+    assert within(victim["gil.wait_ms"], report["truth"]["victim_wait_ns"] / 1e6), victim
+    assert within(hog["gil.hold_ms"], sum(report["truth"]["bursts_ns"]) / 1e6), hog
+    blockers = [e["attributes"]["gil.blocker.thread.name"] for e in span(report, "victim")["events"]]
+    bursts = len(report["truth"]["bursts_ns"])
+    assert blockers.count("gil-hog") == bursts and set(blockers) <= {"gil-hog", "MainThread"}, blockers
 
 
 def span(report: dict, name: str) -> dict:

@@ -27,15 +27,14 @@ def jaeger():
     shutil.rmtree(workdir, ignore_errors=True)
 
 
-@pytest.fixture
-def app(collector, jaeger, tmp_path):
-    """app(framework, server, service_name, **options) -> a started example app, stopped after the test."""
+def _apps(collector, backend: str, tmp_path: Path, suffix: str):
     started = []
 
     def start(framework: str, server: str, service: str, **options) -> stack.Service:
         log = tmp_path / f"{service}.log"
         try:
-            svc = stack.start_app(framework, server, next(_ports), service, collector.address, log, **options)
+            svc = stack.start_app(framework, server, next(_ports), f"{service}{suffix}", collector.address, log,
+                                  backend=backend, **options)
         except stack.StackError as exc:
             pytest.fail(str(exc))
         started.append(svc)
@@ -44,3 +43,17 @@ def app(collector, jaeger, tmp_path):
     yield start
     for svc in started:
         svc.stop()
+
+
+@pytest.fixture
+def app(collector, jaeger, backend, tmp_path):
+    """app(framework, server, service_name, **options) -> a started example app with this run's backend,
+    stopped after the test. The service name gets the backend as a suffix (one Jaeger serves both runs)."""
+    yield from _apps(collector, backend, tmp_path, f"-{backend}")
+
+
+@pytest.fixture
+def collector_app(collector, jaeger, tmp_path):
+    """Like ``app``, once, with the collector: for what reaches Jaeger's UI and Prometheus, the
+    same whichever backend wrote the figures. Service names as given."""
+    yield from _apps(collector, "collector", tmp_path, "")

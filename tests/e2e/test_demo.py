@@ -20,5 +20,9 @@ def test_demo_prints_the_slowest_spans(jaeger):
     for m in rows:
         duration, wait, hold, pct = (float(g) for g in m.groups()[:4])
         assert wait + hold <= duration * 1.01, m.group(0)
-    assert any("metrics-collector" in m.group(5) for m in rows), done.stdout
+    assert any(m.group(5).startswith("metrics-collector ") for m in rows), done.stdout  # the hog first
     assert max(float(m.group(4)) for m in rows) > 30, done.stdout
+    link = re.search(r"slowest trace in Jaeger's UI: (http://\S+/trace/[0-9a-f]{32})$", done.stdout, re.M)
+    assert link, done.stdout  # the UI's build is beside the checkout, as in CI
+    assert re.search(r"GilContention (inactive|pending|firing); its rule's 5-minute wait ratio is [\d.]+ ",
+                     done.stdout), done.stdout

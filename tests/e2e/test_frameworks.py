@@ -10,9 +10,10 @@ REQUESTS = 40
 
 
 @pytest.mark.parametrize("framework, server", [("flask", "dev"), ("django", "dev")])
-def test_hog_shows_up_as_gil_wait_and_vanishes_without_it(app, framework, server):
+def test_hog_shows_up_as_gil_wait_and_vanishes_without_it(app, backend, framework, server):
     with_hog = f"{framework}-hog"
     svc = app(framework, server, with_hog, hog=True)
+    with_hog += f"-{backend}"
     drive(svc.address, "/io", REQUESTS, concurrency=1)  # one request at a time: the hog is the other thread
     operation = "GET /io" if framework == "flask" else "GET io"  # Django names spans by its URL pattern
     hog_spans = server_spans(with_hog, operation, REQUESTS)
@@ -20,6 +21,7 @@ def test_hog_shows_up_as_gil_wait_and_vanishes_without_it(app, framework, server
 
     without = f"{framework}-nohog"
     svc = app(framework, server, without, hog=False)
+    without += f"-{backend}"
     drive(svc.address, "/io", REQUESTS, concurrency=1)
     calm_spans = server_spans(without, operation, REQUESTS)
 

@@ -9,8 +9,8 @@ import statistics
 from helpers import run_scenario, span
 
 
-def test_io_thread_waits_the_switch_interval(collector):
-    report = run_scenario("convoy", collector.address, "--reads", "100")
+def test_io_thread_waits_the_switch_interval(collector, backend):
+    report = run_scenario("convoy", collector.address, "--reads", "100", backend=backend)
     io = span(report, "io")
     attrs = io["attributes"]
     interval_ms = report["truth"]["switch_interval_ms"]

@@ -1,4 +1,5 @@
-"""GIL figures on spans against ground truth, measured by the real collector.
+"""GIL figures on spans against ground truth, measured by each backend (the real collector,
+and the in-process hooks).
 
 The hog holds the GIL through ctypes.PyDLL (which never releases it) for known
 bursts; the victim is woken by the hog right before each burst, so it waits for
@@ -15,8 +16,8 @@ BURSTS, BURST_MS = 10, 50
 
 
 @pytest.fixture(scope="module")
-def report(collector):
-    return run_scenario("hog", collector.address, "--bursts", str(BURSTS), "--burst-ms", str(BURST_MS))
+def report(collector, backend):
+    return run_scenario("hog", collector.address, "--bursts", str(BURSTS), "--burst-ms", str(BURST_MS), backend=backend)
 
 
 def test_victim_wait_matches_the_bursts(report):

@@ -179,10 +179,11 @@ def test_thousand_register_exit_cycles_leak_nothing(collector):
     assert not leaked(baseline, after), (baseline, after)
 
 
-def test_thread_churn_keeps_every_span_right(collector):
+def test_thread_churn_keeps_every_span_right(collector, backend):
     """10,000 short threads, 100 at a time (tids get reused), then 1,000 threads at once."""
     for threads, batch in ((10_000, 100), (1_000, 1_000)):
-        report = run_scenario("churn", collector.address, "--threads", str(threads), "--batch", str(batch))
+        report = run_scenario("churn", collector.address, "--threads", str(threads), "--batch", str(batch),
+                              backend=backend)
         spans = report["spans"]
         assert len(spans) == threads
         assert report["truth"]["slot_overflows"] == 0

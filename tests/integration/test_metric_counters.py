@@ -35,3 +35,12 @@ def test_counters_stay_monotonic_when_threads_exit(report):
         # (measured: ~1 ms of hold, 3 acquisitions); one thread counted twice adds ~0.5 s.
         added = sum(exited[instrument].values()) - sum(by_name.values())
         assert 0 <= added <= ADDED_AT_EXIT[instrument], (instrument, added)
+
+
+
+def test_a_thread_started_and_gone_between_two_reads_keeps_its_name(report):
+    """Not "(exited threads)": the name is logged when the thread starts (threading.Thread.start)."""
+    exited, flushed = report["truth"]["metrics_exited"], report["truth"]["metrics_flushed"]
+    hold = flushed["gil.hold.time"]
+    assert within(hold["flusher"], report["truth"]["flusher_hold_ns"] / 1e9, abs_ms=0.0005), hold
+    assert hold.get("(exited threads)", 0) == exited["gil.hold.time"].get("(exited threads)", 0), (exited, flushed)

@@ -117,7 +117,7 @@ from otel_gil import GilInstrumentor
 exporter = InMemorySpanExporter()
 provider = TracerProvider()
 provider.add_span_processor(SimpleSpanProcessor(exporter))
-GilInstrumentor().instrument(tracer_provider=provider, socket_path=sys.argv[1])
+GilInstrumentor().instrument(tracer_provider=provider, socket_path=sys.argv[1], backend="collector")
 tracer = provider.get_tracer("forked")
 out = os.pipe()
 for spans in (False, True):
@@ -125,7 +125,7 @@ for spans in (False, True):
     pid = os.fork()
     if pid == 0:
         report = {"pid": os.getpid(), "fork_s": time.monotonic() - before,
-                  "started": GilInstrumentor._registration._thread is not None, "statuses": []}
+                  "started": GilInstrumentor._backend._thread is not None, "statuses": []}
         deadline = time.monotonic() + (10 if spans else 0)
         while time.monotonic() < deadline:
             with tracer.start_as_current_span("child"):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from helpers import ROOT, within
+from helpers import ROOT, Runner, within, workload_pid
 from otel_gil import ring
 from otel_gil_collector import timeline
 
@@ -24,11 +24,13 @@ TARGET = ROOT / "tests" / "workloads" / "report_target.py"
 CLI = [sys.executable, "-m", "otel_gil_collector.cli"]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 BURST_NS = 50_000_000  # report_target.py's burst
+HOST = Runner(sys.executable)
 
 
-def start_target(bursts: int = 10) -> tuple[subprocess.Popen, dict]:
+def start_target(bursts: int = 10, runner: Runner = HOST) -> tuple[subprocess.Popen, dict]:
     """The target process, and its threads' ids by role (hog, io-0, io-1)."""
-    target = subprocess.Popen([sys.executable, str(TARGET), str(bursts)], stdout=subprocess.PIPE, text=True)
+    target = subprocess.Popen(runner.command(TARGET, str(bursts)), stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, **runner.env})
     ready, tids = target.stdout.readline().split(" ", 1)
     assert ready == "ready"
     return target, json.loads(tids)
@@ -36,14 +38,15 @@ def start_target(bursts: int = 10) -> tuple[subprocess.Popen, dict]:
 
 def report_during_bursts(target: subprocess.Popen, *options: str) -> tuple[dict, dict, str]:
     """Run `otel-gil report --json` on the target, starting its bursts once attached: (report, truth, stderr)."""
-    report = subprocess.Popen([*CLI, "report", "--pid", str(target.pid), "--json", *options],
+    pid = workload_pid(target)
+    report = subprocess.Popen([*CLI, "report", "--pid", str(pid), "--json", *options],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     progress = []
     for line in report.stderr:  # progress goes to stderr; start the bursts once attached
         progress.append(line)
         if "capturing" in line:
             break
-    target.send_signal(signal.SIGUSR1)
+    os.kill(pid, signal.SIGUSR1)
     truth = json.loads(target.stdout.readline())
     out, err = report.communicate(timeout=60)
     assert report.returncode == 0, "".join(progress) + err
@@ -54,9 +57,6 @@ def test_report_json_against_ground_truth():
     target, _ = start_target()
     try:
         result, truth, progress = report_during_bursts(target, "--duration", "5s")
-        comm = {
-            tid: open(f"/proc/{target.pid}/task/{tid}/comm").read().strip() for tid in truth["tids"].values()
-        }  # CPython < 3.14 leaves OS thread names as the process's: the report shows what /proc says
     finally:
         target.kill()
         target.wait()
@@ -66,19 +66,68 @@ def test_report_json_against_ground_truth():
     for t in result["threads"]:
         assert {"tid", "name", "wait_s", "hold_s", "acquisitions", "wait_p50_s", "wait_p99_s"} <= set(t)
     hog = by_tid[truth["tids"]["hog"]]
-    assert hog["name"] == comm[hog["tid"]]
+    assert result["thread_names"] == "threading" and hog["name"] == "gil-hog"
     assert within(hog["hold_s"] * 1e3, truth["hog_hold_ns"] / 1e6), (hog, truth)
     assert hog["long_holds"] == len(truth["bursts"])
     # Each I/O thread waits once per burst, a little over 50 ms: the histogram's bucket is [2^25, 2^26) ns.
     bucket_top = 1 << (ring.hist_bucket(BURST_NS) + 1)
     for i in range(2):
         io = by_tid[truth["tids"][f"io-{i}"]]
-        assert io["name"] == comm[io["tid"]]
+        assert io["name"] == truth["names"][f"io-{i}"]
         assert within(io["wait_s"] * 1e3, truth["io_wait_ns"][i] / 1e6, rel=0.05, abs_ms=1.0), (io, truth)
         assert io["wait_p50_s"] == io["wait_p99_s"] == bucket_top / 1e9, io
         assert io["long_waits"] == len(truth["bursts"])
+        # Who held the GIL during its waits, by time: the hog, for its bursts.
+        assert io["waited_on"][0]["tid"] == truth["tids"]["hog"], io
+        assert within(io["waited_on"][0]["s"] * 1e3, truth["hog_hold_ns"] / 1e6), (io, truth)
     assert result["threads"][0]["tid"] == truth["tids"]["hog"]  # sorted by hold: the cause first
     assert result["wait_pct"] > result["hold_pct"] * 1.5  # two threads wait through each burst
+
+
+def test_report_on_every_interpreter(interpreter):
+    """`report` attaches to each build of the matrix whatever its root (container, chroot),
+    names threads as `threading` does (read from the process's memory: CPython names OS
+    threads only from 3.14, and /proc cuts names at 15 characters), and measures the hog."""
+    target, _ = start_target(bursts=5, runner=interpreter)
+    try:
+        result, truth, progress = report_during_bursts(target, "--duration", "2s")
+    finally:
+        target.kill()
+        target.wait()
+    assert result["thread_names"] == "threading", progress
+    names = {t["tid"]: t["name"] for t in result["threads"]}
+    assert {role: names.get(tid) for role, tid in truth["tids"].items()} == truth["names"], names
+    hog = next(t for t in result["threads"] if t["tid"] == truth["tids"]["hog"])
+    assert within(hog["hold_s"] * 1e3, truth["hog_hold_ns"] / 1e6), (hog, truth)
+
+
+def test_report_on_an_interpreter_replaced_on_disk(tmp_path):
+    python = tmp_path / "python3.11"
+    shutil.copy2("/usr/bin/python3.11", python)  # Debian's: static, stripped, LTO
+    target, _ = start_target(bursts=5, runner=Runner(str(python)))
+    try:
+        shutil.copy2(python, tmp_path / "new")
+        os.replace(tmp_path / "new", python)  # as a package upgrade does
+        assert os.readlink(f"/proc/{target.pid}/exe") == f"{python} (deleted)"
+        result, truth, progress = report_during_bursts(target, "--duration", "2s")
+    finally:
+        target.kill()
+        target.wait()
+    hog = next(t for t in result["threads"] if t["tid"] == truth["tids"]["hog"])
+    assert hog["name"] == "gil-hog" and within(hog["hold_s"] * 1e3, truth["hog_hold_ns"] / 1e6), (hog, progress)
+
+
+def test_report_says_when_the_gil_was_not_located():
+    """No GIL hand-off during the capture (every thread blocked): no figures, not zeros."""
+    target, _ = start_target()  # idle until SIGUSR1, which never comes
+    try:
+        done = subprocess.run([*CLI, "report", "--pid", str(target.pid), "--duration", "1s", "--json"],
+                              capture_output=True, text=True, env=ENV, timeout=60)
+    finally:
+        target.kill()
+        target.wait()
+    assert done.returncode == 1 and not done.stdout, done
+    assert "gil_not_located" in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
 def _screenshot(html: Path, png: Path, width: int, height: int) -> Image.Image:
@@ -176,6 +225,11 @@ def test_top_in_tmux_shows_the_hog_first_and_quits(quit_key):
         assert "otel-gil top: pid" in screen and "GIL held" in screen, screen
         first_row = re.search(r"^ +(\d+) ", screen.split("hold %", 1)[1], re.M)
         assert int(first_row.group(1)) == tids["hog"], screen
+    # Each I/O thread waited on the hog first (three bursts per interval).
+    waited_on = later.split("waited on", 1)[1]
+    for io in ("io-0", "io-1"):
+        row = re.search(rf"^ +{tids[io]} .*", waited_on, re.M)
+        assert row and re.search(rf"^ +{tids[io]} \S+ +\S+ \({tids['hog']}\)", row.group(0)), later
     assert first != later, "the view did not refresh"
 
 

@@ -9,11 +9,12 @@ from otel_gil import ring
 
 
 def make_ring(nslots: int = 64) -> ring.Ring:
-    data = bytearray(ring.SLOT_SIZE * (nslots + 1))
+    data = bytearray(ring.SLOT_SIZE * ring.entries(nslots))
     header = ring.Header.from_buffer(data)
     header.magic, header.layout_version, header.slot_size = ring.MAGIC, ring.LAYOUT_VERSION, ring.SLOT_SIZE
     header.nslots, header.clock_id = nslots, ring.CLOCK_MONOTONIC
     header.long_wait_ns, header.convoy_ns = 1_000_000, 5_000_000
+    header.hold_record_ns = ring.HOLD_RECORD_NS
     del header
     return ring.Ring.from_bytes(data)
 
@@ -27,8 +28,10 @@ def slot_for(r: ring.Ring, tid: int, index: int | None = None) -> ring.Slot:
     return s
 
 
-def record_wait(s: ring.Slot, start: int, end: int, blocker: int, long_wait_ns: int = 1_000_000) -> None:
-    """What the BPF side does on an acquisition that followed a wait."""
+def record_wait(s: ring.Slot, start: int, end: int, blocker: int, long_wait_ns: int = 1_000_000,
+                held_ns: int | None = None, forced: bool = False) -> None:
+    """What the BPF side does on an acquisition that followed a wait (``held_ns``: held by
+    any thread meanwhile, the whole wait unless given)."""
     wait = end - start
     s.wait_ns += wait
     s.hist[ring.hist_bucket(wait)] += 1
@@ -38,6 +41,8 @@ def record_wait(s: ring.Slot, start: int, end: int, blocker: int, long_wait_ns: 
     if wait >= long_wait_ns:
         lw = s.ring[s.long_waits % ring.RING_LEN]
         lw.start_ns, lw.end_ns, lw.blocker_tid = start, end, blocker
+        lw.held_ns = wait if held_ns is None else held_ns
+        lw.flags = ring.WAIT_FORCED if forced else 0
         s.long_waits += 1
 
 
@@ -71,3 +76,13 @@ def exit_thread(r: ring.Ring, s: ring.Slot) -> None:
     """A whole exit, as a reader sees it once the exiting thread is done."""
     for _ in exit_steps(r, s):
         pass
+
+
+def log_hold(r: ring.Ring, tid: int, start: int, end: int) -> None:
+    """What the BPF side does on a release that closed a hold of at least hold_record_ns."""
+    h = r.header
+    pos = h.holds_written % ring.HOLD_LOG_LEN
+    page = ring.HoldPage.from_address(r._address + (r.nslots + 1 + pos // ring.HOLDS_PER_PAGE) * ring.SLOT_SIZE)
+    rec = page.holds[pos % ring.HOLDS_PER_PAGE]
+    rec.start_ns, rec.end_ns, rec.tid = start, end, tid
+    h.holds_written += 1

@@ -11,7 +11,7 @@ from otel_gil import ring
 
 HEADER = Path(__file__).resolve().parents[2] / "collector" / "gil_layout.h"
 STRUCTS = {"gil_header": ring.Header, "gil_slot": ring.Slot, "gil_long_wait": ring.LongWait,
-           "gil_long_hold": ring.LongHold}
+           "gil_long_hold": ring.LongHold, "gil_hold": ring.HoldRecord, "gil_hold_page": ring.HoldPage}
 CONSTANTS = {
     "GIL_MAGIC": ring.MAGIC,
     "GIL_LAYOUT_VERSION": ring.LAYOUT_VERSION,
@@ -19,6 +19,13 @@ CONSTANTS = {
     "GIL_RING_LEN": ring.RING_LEN,
     "GIL_PROBE_LEN": ring.PROBE_LEN,
     "GIL_SLOT_IN_TAKE_GIL": ring.SLOT_IN_TAKE_GIL,
+    "GIL_SLOT_FORCED": ring.SLOT_FORCED,
+    "GIL_SLOT_UNCHECKED": ring.SLOT_UNCHECKED,
+    "GIL_WAIT_FORCED": ring.WAIT_FORCED,
+    "GIL_HOLD_LOG_LEN": ring.HOLD_LOG_LEN,
+    "GIL_HOLDS_PER_PAGE": ring.HOLDS_PER_PAGE,
+    "GIL_HOLD_PAGES": ring.HOLD_PAGES,
+    "GIL_HOLD_RECORD_NS": ring.HOLD_RECORD_NS,
 }
 
 
@@ -67,11 +74,14 @@ def test_constants_agree(c_layout, name):
     assert c_layout[name] == CONSTANTS[name]
 
 
-def test_header_fits_in_a_slot_sized_entry():
+def test_header_and_hold_pages_fit_in_a_slot_sized_entry():
     assert ctypes.sizeof(ring.Header) <= ring.SLOT_SIZE
     assert ring.SLOT_SIZE % 8 == 0  # BPF array entries are 8-byte aligned
     assert ring.RING_LEN & (ring.RING_LEN - 1) == 0  # the BPF side masks the ring index
     assert ring.HIST_BUCKETS & (ring.HIST_BUCKETS - 1) == 0
+    assert ctypes.sizeof(ring.HoldPage) <= ring.SLOT_SIZE  # a page of the hold log is one array entry
+    for n in (ring.HOLD_LOG_LEN, ring.HOLDS_PER_PAGE):  # the BPF side masks hold indices
+        assert n & (n - 1) == 0
 
 
 def test_the_c_span_hooks_were_built_from_this_layout():

@@ -3,7 +3,7 @@
 import pytest
 
 from otel_gil import ring
-from synthetic import make_ring, record_hold, record_wait, slot_for
+from synthetic import log_hold, make_ring, record_hold, record_wait, slot_for
 
 
 def test_counters_close_open_intervals_at_now():
@@ -100,3 +100,21 @@ def test_bad_magic_or_layout_is_refused():
     del header
     with pytest.raises(ring.LayoutError, match="upgrade"):
         ring.Ring.from_bytes(data)
+
+
+def test_hold_log_reads_back_to_a_time_and_says_when_it_could_not():
+    r = make_ring(8)
+    for i in range(ring.HOLD_LOG_LEN + 10):  # wrapped: the first 10 are gone
+        log_hold(r, 100 + i % 3, i * 1000, i * 1000 + 500)
+    holds, complete = r.holds_since(5_000_000)
+    assert complete and [h.start_ns for h in holds] == [i * 1000 for i in range(5000, ring.HOLD_LOG_LEN + 10)]
+    holds, complete = r.holds_since(0)
+    assert not complete and len(holds) == ring.HOLD_LOG_LEN - 1  # the oldest slot may be being rewritten
+    assert holds[0].start_ns == 11_000 and holds[0].tid == 100 + 11 % 3
+
+
+def test_held_during_clips_holds_to_the_wait():
+    holds = [ring.Hold(0, 10, 1), ring.Hold(12, 20, 2), ring.Hold(25, 40, 1)]
+    ends = [h.end_ns for h in holds]
+    assert ring.held_during(holds, ends, 5, 30) == {1: 5 + 5, 2: 8}
+    assert ring.held_during(holds, ends, 40, 50) == {}

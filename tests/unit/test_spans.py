@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from contextlib import contextmanager
@@ -16,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_gil import ring as ringlib
 from otel_gil import spans
 from otel_gil.spans import GilSpanProcessor
-from synthetic import make_ring, record_wait, slot_for
+from synthetic import log_hold, make_ring, record_wait, slot_for
 
 
 @dataclass
@@ -24,6 +25,9 @@ class FakeRegistration:
     ring: Optional[ringlib.Ring]
     status: str = "ok"
     generation: int = 1
+
+    def check_fork(self) -> None:
+        pass
 
 
 def processor(reg, metrics=None, *, fast: bool) -> GilSpanProcessor:
@@ -83,9 +87,36 @@ def test_figures_are_the_difference_over_the_span(setup):
     duration_ms = (span.end_time - span.start_time) / 1e6
     assert a["gil.wait_ratio"] == pytest.approx(12 / duration_ms, rel=0.05)
     assert a["gil.hold_ratio"] == pytest.approx(4 / duration_ms, rel=0.05)
-    assert a["thread.id"] == threading.get_native_id()
     assert a["thread.name"] == threading.current_thread().name
     assert "gil.status" not in a
+
+
+def test_thread_id_is_the_managed_id_logs_carry(setup):
+    """Semantic conventions: ``thread.id`` is the managed id (``threading.get_ident()``), which
+    is also what a ``logging.LogRecord`` of the same thread has (``record.thread``)."""
+    tracer, reg, ring, exporter = setup
+    my_slot(ring)
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    log = logging.getLogger("test-thread-id")
+    log.addHandler(handler)
+
+    def traced() -> None:
+        with tracer.start_as_current_span("registered"):
+            log.warning("in the span")
+        reg.ring, reg.status = None, "no_collector"
+        with tracer.start_as_current_span("unregistered"):
+            pass
+
+    worker = threading.Thread(target=traced, name="worker")
+    worker.start()
+    worker.join()
+    log.removeHandler(handler)
+    ids = {span.name: span.attributes["thread.id"] for span in exporter.get_finished_spans()}
+    assert ids == {"registered": worker.ident, "unregistered": worker.ident}
+    assert [r.thread for r in records] == [worker.ident]
+    assert worker.ident != worker.native_id
 
 
 def test_open_hold_counts_up_to_span_end(setup):
@@ -116,8 +147,56 @@ def test_long_waits_inside_the_span_become_events(setup):
     assert event.name == "gil.wait"
     assert event.attributes["gil.wait_ms"] == 2.5
     assert event.attributes["gil.blocker.thread.name"] == "metrics-hog"
-    assert event.attributes["gil.blocker.thread.id"] == blocker.native_id
+    assert event.attributes["gil.blocker.thread.id"] == blocker.ident  # as that thread's spans have it
+    assert event.attributes["gil.blocker.thread.native_id"] == blocker.native_id
     assert span.start_time <= event.timestamp <= span.end_time
+
+
+def test_long_waits_blame_the_threads_that_held_the_gil_by_time(setup):
+    """The last releaser (a peer that held it 0.2 ms) is not the blocker: the thread
+    that held the GIL longest during the wait is, and the span's top blocker sums its waits."""
+    tracer, _, ring, exporter = setup
+    s = my_slot(ring)
+    release, in_span = threading.Event(), threading.Event()
+
+    def report() -> None:
+        with tracer.start_as_current_span("GET /report"):
+            in_span.set()
+            release.wait()
+
+    hog = threading.Thread(target=report, name="metrics-hog")
+    peer = threading.Thread(target=release.wait, name="peer")
+    hog.start(), peer.start()
+    in_span.wait()
+    with tracer.start_as_current_span("io"):
+        t = time.monotonic_ns()
+        log_hold(ring, hog.native_id, t - 1_000_000, t + 4_000_000)  # began before the wait
+        log_hold(ring, peer.native_id, t + 4_100_000, t + 4_300_000)
+        record_wait(s, t, t + 4_400_000, blocker=peer.native_id, held_ns=4_250_000, forced=True)
+        log_hold(ring, hog.native_id, t + 5_000_000, t + 7_000_000)
+        record_wait(s, t + 4_900_000, t + 7_100_000, blocker=hog.native_id, held_ns=2_050_000)
+        time.sleep(0.01)
+    release.set()
+    hog.join(), peer.join()
+    span, report_span = exporter.get_finished_spans()  # io ended first
+    first, second = (e.attributes for e in span.events)
+    # What the hog was doing: the span it has been in since before the wait.
+    assert first["gil.blocker.span.name"] == "GET /report"
+    assert first["gil.blocker.span_id"] == f"{report_span.context.span_id:016x}"
+    assert first["gil.blocker.thread.name"] == "metrics-hog" and first["gil.blocker.thread.id"] == hog.ident
+    assert first["gil.blocker.thread.native_id"] == hog.native_id
+    assert list(first["gil.blockers.thread.native_id"]) == [hog.native_id, peer.native_id]
+    assert first["gil.blocker.hold_ms"] == 4.0  # its part inside the wait only
+    assert list(first["gil.blockers.thread.name"]) == ["metrics-hog", "peer"]
+    assert list(first["gil.blockers.hold_ms"]) == [4.0, 0.2]
+    assert first["gil.blockers.unrecorded_ms"] == 0.05  # 4.25 held, 4.2 of it logged
+    assert first["gil.handoff_ms"] == 0.15
+    assert first["gil.wait.forced_switch"] is True
+    assert "gil.wait.forced_switch" not in second and second["gil.blocker.hold_ms"] == 2.0
+    assert span.attributes["gil.top_blocker.thread.name"] == "metrics-hog"
+    assert span.attributes["gil.top_blocker.thread.id"] == hog.ident
+    assert span.attributes["gil.top_blocker.thread.native_id"] == hog.native_id
+    assert span.attributes["gil.top_blocker.hold_ms"] == 6.0
 
 
 def test_no_collector_sets_status_and_no_figures(setup):
@@ -203,7 +282,7 @@ def test_server_spans_feed_the_wait_ratio_histogram(fast):
     reader = InMemoryMetricReader()
     ring = make_ring()
     reg = FakeRegistration(ring)
-    gil_metrics = GilMetrics(reg, MeterProvider([reader]).get_meter("test"))
+    gil_metrics = GilMetrics(reg, MeterProvider([reader]).get_meter("test"), fast)
     with hooked(reg, fast, gil_metrics) as (tracer, _, exporter):
         s = my_slot(ring)
         with tracer.start_as_current_span("GET /io", kind=SpanKind.SERVER, attributes={"http.route": "/io"}):
@@ -211,20 +290,45 @@ def test_server_spans_feed_the_wait_ratio_histogram(fast):
             time.sleep(0.01)
         with tracer.start_as_current_span("internal"):
             pass
-    server = next(span for span in exporter.get_finished_spans() if span.name == "GET /io")
+    server = next(x for x in exporter.get_finished_spans() if x.name == "GET /io")
+    ratio = server.attributes["gil.wait_ratio"]
+    assert ratio == pytest.approx(8e6 / (server.end_time - server.start_time), rel=0.01)
     points = {
         m.name: m.data.data_points
         for rm in reader.get_metrics_data().resource_metrics
         for sm in rm.scope_metrics
         for m in sm.metrics
     }
-    (point,) = points["gil.wait_ratio"]
-    assert point.attributes == {"http.route": "/io"} and point.count == 1
-    assert point.sum == pytest.approx(server.attributes["gil.wait_ratio"], rel=1e-9)
-    assert point.sum == pytest.approx(8e6 / (server.end_time - server.start_time), rel=0.01)
+    buckets = {p.attributes["le"]: p.value for p in points["gil.wait_ratio.bucket"]}
+    assert all(p.attributes["http.route"] == "/io" for p in points["gil.wait_ratio.bucket"])
+    # Cumulative: 0 up to the bucket of this span's ratio, 1 from there on (+Inf included).
+    assert buckets == {le: int(le == "+Inf" or ratio <= float(le)) for le in buckets}, (ratio, buckets)
+    assert len(buckets) == 10 and 0 < ratio < 1
+    ((count,), (total,)) = points["gil.wait_ratio.count"], points["gil.wait_ratio.sum"]
+    assert count.value == 1 and count.attributes == {"http.route": "/io"}
+    assert total.value == pytest.approx(ratio, rel=1e-9)
     (wait,) = points["gil.wait.time"]
     assert wait.attributes == {"thread.name": threading.current_thread().name}
     assert wait.value == pytest.approx(0.008)
+
+
+def test_wait_ratio_routes_are_bounded_and_buckets_exact(fast):
+    from otel_gil.metrics import _BUCKET_LABELS, MAX_ROUTES, OTHER_ROUTES, WaitRatios
+
+    ratios = WaitRatios(fast)
+    assert type(ratios.counter).__name__ == ("RatioCounter" if fast else "method")
+    for ratio in (0.0, 0.01, 0.011, 0.3, 1.0, 1.5):  # le is inclusive: 0.01 counts in le="0.01"
+        ratios.counter(ratio, "/io")
+    for i in range(MAX_ROUTES + 50):
+        ratios.counter(0.5, f"/item/{i}")
+    rows = {route: (cumulative, count, total) for route, cumulative, count, total in ratios.rows()}
+    assert len(rows) == MAX_ROUTES + 1 and rows[OTHER_ROUTES][1] == 51
+    cumulative, count, total = rows["/item/0"]
+    assert count == 1 and total == 0.5 and cumulative == [0] * 5 + [1] * 5  # le=0.5 onwards
+    cumulative, count, total = rows["/io"]
+    assert dict(zip(_BUCKET_LABELS, cumulative)) == {
+        "0.01": 2, "0.05": 3, "0.1": 3, "0.2": 3, "0.3": 4, "0.5": 4, "0.7": 4, "0.9": 4, "1.0": 5, "+Inf": 6}
+    assert count == 6 and total == pytest.approx(2.821)
 
 
 def test_attribute_limits_hold(fast):

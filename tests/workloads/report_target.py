@@ -19,6 +19,8 @@ go = threading.Event()
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
 pipes = [os.pipe(), os.pipe()]
 truth = {"hog_hold_ns": 0, "io_wait_ns": [0, 0], "tids": {}, "bursts": []}  # bursts: [start, end] monotonic ns
+# threading names by role: one past /proc's 15 characters and not ASCII (each string layout is read)
+NAMES = {"hog": "gil-hog", "io-0": "io-0", "io-1": "io-1: ünïcode 名前, longer than /proc's 15"}
 BURSTS, BURST_US = int(sys.argv[1]) if len(sys.argv) > 1 else 10, 50_000
 done = threading.Event()
 forever = threading.Event()  # threads stay alive (and keep their slots) until the process is killed
@@ -53,12 +55,13 @@ def hog() -> None:
     forever.wait()
 
 
-threads = [threading.Thread(target=hog, name="gil-hog")] + [
-    threading.Thread(target=io, args=(i,), name=f"io-{i}") for i in range(2)
+threads = [threading.Thread(target=hog, name=NAMES["hog"])] + [
+    threading.Thread(target=io, args=(i,), name=NAMES[f"io-{i}"]) for i in range(2)
 ]
 for t in threads:
     t.start()
 started.wait()
+truth["names"] = NAMES
 print("ready", json.dumps(truth["tids"]), flush=True)
 signal.sigwait({signal.SIGUSR1})
 go.set()

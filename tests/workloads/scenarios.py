@@ -29,6 +29,22 @@ from otel_gil import GilInstrumentor
 _gil_holding_libc = ctypes.PyDLL(None)  # calls keep the GIL
 IO_CALL_S = 100e-6  # convoy: one fast I/O call
 _metric_reader = InMemoryMetricReader()
+_exporter = InMemorySpanExporter()
+
+
+def finished_spans() -> list[dict]:
+    """The spans ended so far, as the report lists them."""
+    return [
+        {
+            "name": s.name,
+            "span_id": f"{s.context.span_id:016x}",
+            "attributes": dict(s.attributes),
+            "events": [{"name": e.name, "timestamp": e.timestamp, "attributes": dict(e.attributes)} for e in s.events],
+            "duration_ns": s.end_time - s.start_time,
+            "start_ns": s.start_time,
+        }
+        for s in _exporter.get_finished_spans()
+    ]
 
 
 def read_metrics() -> dict:
@@ -89,6 +105,16 @@ def hog_and_victim(tracer, args) -> dict:
     for t in threads:
         t.join()
     truth["metrics_exited"] = read_metrics()
+
+    def flusher() -> None:  # lives and exits between two reads
+        t0 = time.monotonic_ns()
+        _gil_holding_libc.usleep(args.burst_ms * 1000)
+        truth["flusher_hold_ns"] = time.monotonic_ns() - t0
+
+    flush = threading.Thread(target=flusher, name="flusher")
+    flush.start()
+    flush.join()
+    truth["metrics_flushed"] = read_metrics()
     return truth
 
 
@@ -124,6 +150,74 @@ def convoy(tracer, args) -> dict:
     return {"reads": args.reads, "switch_interval_ms": sys.getswitchinterval() * 1000}
 
 
+def _spin(seconds: float) -> None:
+    """Pure Python for about ``seconds`` of wall time (keeps the GIL unless forced off)."""
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        pass
+
+
+def requests(tracer, args) -> dict:
+    """A pure-Python CPU-bound thread among request threads: the convoy users meet.
+
+    Each of ``--io-threads`` threads serves ``--requests`` requests, each a span of
+    10 x (1 ms of I/O + ~0.2 ms of Python). The request threads hand the GIL to
+    one another all the time, but the one that keeps it is the CPU-bound thread.
+    """
+    stop = threading.Event()
+    ready = threading.Barrier(args.io_threads + 1)
+
+    def cpu() -> None:
+        with tracer.start_as_current_span("hog"):
+            ready.wait()
+            while not stop.is_set():
+                pass
+
+    def serve() -> None:
+        ready.wait()
+        for _ in range(args.requests):
+            with tracer.start_as_current_span("request"):
+                for _ in range(10):
+                    time.sleep(0.001)
+                    _spin(0.0002)
+
+    hog = threading.Thread(target=cpu, name="cpu-hog")
+    servers = [threading.Thread(target=serve, name=f"request-{i}") for i in range(args.io_threads)]
+    hog.start()
+    for t in servers:
+        t.start()
+    for t in servers:
+        t.join()
+    stop.set()
+    hog.join()
+    return {"io_threads": args.io_threads, "requests": args.requests}
+
+
+def switches(tracer, args) -> dict:
+    """Two pure-Python CPU-bound threads and nothing else: each runs until forced to
+    drop the GIL, then waits for it while the other runs. Truth: a thread always
+    either holds the GIL or wants it, so its hold + wait = its span's length, and its
+    CPU time (time.thread_time_ns) is about its hold."""
+    ready = threading.Barrier(2)
+    cpu_ns: dict = {}
+    tids: dict = {}
+
+    def spin(name: str) -> None:
+        tids[name] = threading.get_native_id()
+        ready.wait()
+        with tracer.start_as_current_span(name):
+            c0 = time.thread_time_ns()
+            _spin(args.seconds)
+            cpu_ns[name] = time.thread_time_ns() - c0
+
+    threads = [threading.Thread(target=spin, args=(n,), name=n) for n in ("spinner-a", "spinner-b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"cpu_ns": cpu_ns, "tids": tids, "switch_interval_ms": sys.getswitchinterval() * 1000}
+
+
 def syscalls(tracer, args) -> dict:
     """One thread, no contention: os.stat and os.read release and re-take the GIL (on
     LTO builds through inlined copies of drop_gil), a PyDLL usleep holds it for a known
@@ -155,8 +249,34 @@ def churn(tracer, args) -> dict:
             t.start()
         for t in batch:
             t.join()
-    ring = GilInstrumentor._registration.ring
+    ring = GilInstrumentor._backend.ring
     return {"threads": args.threads, "slot_overflows": ring.header.slot_overflows if ring else None}
+
+
+def cfork(tracer, args) -> dict:
+    """A fork made by C code, as uWSGI makes its workers (here libc's fork through PyDLL,
+    the GIL held): no Python at-fork hook runs in the child. The child's spans each hold
+    the GIL 5 ms (truth.hold_ns) and come back through a pipe."""
+    r, w = os.pipe()
+    pid = _gil_holding_libc.fork()
+    if pid == 0:
+        os.close(r)
+        _exporter.clear()
+        for _ in range(args.spans):
+            with tracer.start_as_current_span("child") as span:
+                t0 = time.monotonic_ns()
+                _gil_holding_libc.usleep(5000)
+                span.set_attribute("truth.hold_ns", time.monotonic_ns() - t0)
+            time.sleep(0.02)
+        backend = GilInstrumentor._backend
+        os.write(w, json.dumps({"pid": os.getpid(), "header_pid": backend.ring.header.pid if backend.ring else None,
+                                "spans": finished_spans()}).encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as pipe:
+        child = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    return {"child": child, "child_pid": pid}
 
 
 def service(tracer, args) -> dict:
@@ -172,7 +292,8 @@ def service(tracer, args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["hog", "convoy", "syscalls", "churn", "service"])
+    parser.add_argument("scenario",
+                        choices=["hog", "convoy", "requests", "switches", "syscalls", "churn", "service", "cfork"])
     parser.add_argument("socket")
     parser.add_argument("--bursts", type=int, default=10)
     parser.add_argument("--burst-ms", type=int, default=50)
@@ -183,30 +304,26 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=10_000)
     parser.add_argument("--batch", type=int, default=100, help="churn: threads alive at once")
     parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--io-threads", type=int, default=4, help="requests: request threads")
+    parser.add_argument("--requests", type=int, default=20, help="requests: per request thread")
+    parser.add_argument("--spans", type=int, default=30, help="cfork: spans the child makes")
     args = parser.parse_args()
 
-    exporter = InMemorySpanExporter()
     provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider.add_span_processor(SimpleSpanProcessor(_exporter))
     GilInstrumentor().instrument(
         tracer_provider=provider, meter_provider=MeterProvider([_metric_reader]),
         socket_path=args.socket, register_timeout_s=20,
     )
     tracer = provider.get_tracer("scenarios")
-    scenarios = {"hog": hog_and_victim, "convoy": convoy, "syscalls": syscalls, "churn": churn, "service": service}
+    scenarios = {"hog": hog_and_victim, "convoy": convoy, "requests": requests, "switches": switches,
+                 "syscalls": syscalls, "churn": churn, "service": service, "cfork": cfork}
     truth = scenarios[args.scenario](tracer, args)
-    spans = [
-        {
-            "name": s.name,
-            "attributes": dict(s.attributes),
-            "events": [{"name": e.name, "timestamp": e.timestamp, "attributes": dict(e.attributes)} for e in s.events],
-            "duration_ns": s.end_time - s.start_time,
-            "start_ns": s.start_time,
-        }
-        for s in exporter.get_finished_spans()
-    ]
-    ring = GilInstrumentor._registration.ring
+    spans = finished_spans()
+    source = GilInstrumentor._backend
+    ring = source.ring
     report = {
+        "backend": source.kind,
         "pid": os.getpid(),
         "pid_seen_by_collector": ring.header.pid if ring else None,
         "uid": os.getuid(),

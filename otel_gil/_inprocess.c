@@ -1,0 +1,586 @@
+/* The in-process writer of the slot layout: GIL hand-offs traced from inside the
+ * app, with no privilege and no collector.
+ *
+ * The interpreter calls pthread_cond_signal and pthread_cond_timedwait through
+ * its GOT (JUMP_SLOT relocations, or GLOB_DAT in -fno-plt builds). install()
+ * finds the ELF object that holds the interpreter (dl_iterate_phdr), swaps those
+ * GOT entries for the wrappers below, and learns the GIL's two condition
+ * variables from a Py_BEGIN/END_ALLOW_THREADS of its own. From then on the
+ * wrappers run the collector's event logic (collector/gil_writer.h, the same
+ * code its BPF program compiles) into the same layout (collector/gil_layout.h),
+ * in this process's own memory:
+ *   pthread_cond_signal(&gil->cond)         a release (drop_gil, even inlined)
+ *   pthread_cond_signal(&gil->switch_cond)  an acquisition (take_gil)
+ *   pthread_cond_timedwait(&gil->cond)      a contended wait, each call of it
+ *   pthread key destructor                  a thread exits: fold its figures
+ * The wrappers then call the real function, taken from dlsym(RTLD_DEFAULT):
+ * never the saved GOT value, which on lazy-binding builds is a PLT stub whose
+ * resolver would overwrite the hook.
+ *
+ * Each slot is written only by its own thread, under the seqlock readers retry
+ * on. The ring is allocated once per process and never freed, so a reader or a
+ * wrapper still running across uninstall() never touches unmapped memory.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <linux/types.h> /* the __u32/__u64 of gil_layout.h */
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gil_layout.h"
+
+#if defined(__x86_64__)
+#define R_JUMP_SLOT R_X86_64_JUMP_SLOT
+#define R_GLOB_DAT R_X86_64_GLOB_DAT
+#elif defined(__aarch64__)
+#define R_JUMP_SLOT R_AARCH64_JUMP_SLOT
+#define R_GLOB_DAT R_AARCH64_GLOB_DAT
+#else
+#error "otel_gil._inprocess knows the GOT relocations of x86_64 and aarch64 only"
+#endif
+
+#define COND_STRIDE (sizeof(pthread_cond_t) + sizeof(pthread_mutex_t)) /* &gil->switch_cond - &gil->cond */
+#define MAX_GOT 8
+
+typedef int (*signal_fn)(pthread_cond_t *);
+typedef int (*timedwait_fn)(pthread_cond_t *, pthread_mutex_t *, const struct timespec *);
+
+/* ------------------------------------------------------------ the ring */
+
+static char *ring;      /* header entry, nslots slots, the hold log; allocated once, never freed */
+static size_t ring_size;
+static uint32_t nslots;
+
+static inline struct gil_header *header(void) { return (struct gil_header *)ring; }
+
+static inline struct gil_slot *slot_at(uint32_t index) /* 0-based thread slot */
+{
+	return (struct gil_slot *)(ring + (size_t)(index + 1) * sizeof(struct gil_slot));
+}
+
+/* ------------------------------------------------------ writer state */
+
+static signal_fn real_signal;
+static timedwait_fn real_timedwait;
+static pthread_cond_t *gil_cond, *switch_cond; /* learned; NULL until then */
+static volatile int active;                   /* record hand-offs (between install and uninstall) */
+static volatile unsigned epoch = 1;           /* bumped at install and in a forked child */
+static unsigned long forks;                   /* fork()s this process came out of (any caller) */
+static pthread_key_t exit_key;                /* its destructor folds an exiting thread's figures */
+
+/* Learning: the installing thread's own signals while it drops and retakes the GIL. */
+static volatile pid_t learner;
+static pthread_cond_t *learned[2];
+static int nlearned;
+
+/* The calling thread's id (as the process sees it) and slot, valid for one epoch.
+ * initial-exec: a fixed offset from the thread pointer, no __tls_get_addr call on
+ * the hot path (16 bytes of the static TLS that glibc reserves for dlopen). */
+static __thread __attribute__((tls_model("initial-exec"))) struct {
+	unsigned epoch;
+	pid_t tid;
+	struct gil_slot *slot;
+} me;
+
+static inline uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* One seqlock step: odd while the slot is being written. Only the owner thread
+ * writes its slot, so a plain increment is safe; the fences order the slot's
+ * data stores against it for a reader on another core. */
+static inline void seq_bump(struct gil_slot *s)
+{
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	__atomic_store_n(&s->seq, s->seq + 1, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static inline struct gil_hold_page *hold_page(void *slots, unsigned page)
+{
+	(void)slots;
+	return (struct gil_hold_page *)(ring + (size_t)(1 + nslots + page) * sizeof(struct gil_slot));
+}
+
+/* The event logic both writers share, on this side's primitives. */
+#define GIL_INLINE static inline __attribute__((always_inline))
+#define GIL_SEQ_BUMP(s) seq_bump(s)
+#define GIL_HOLD_PAGE(slots, i) hold_page(slots, i)
+#define GIL_LOG2(x) (63 - __builtin_clzll(x))
+#define GIL_PUBLISH(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#include "gil_writer.h"
+
+/* tid and flags share one 8-byte word: the slot is free while both are 0. */
+static inline uint64_t *owner_word(struct gil_slot *s) { return (uint64_t *)&s->tid; }
+
+/* The calling thread's slot, claiming and zeroing a free one on its first
+ * event (open addressing from tid, as the BPF side and Ring.find do). */
+static struct gil_slot *claim(pid_t tid)
+{
+	for (uint32_t i = 0; i < GIL_PROBE_LEN; i++) {
+		struct gil_slot *s = slot_at(((uint32_t)tid + i) % nslots);
+		if (__atomic_load_n(&s->tid, __ATOMIC_RELAXED) == (uint32_t)tid)
+			return s;
+	}
+	for (uint32_t i = 0; i < GIL_PROBE_LEN; i++) {
+		struct gil_slot *s = slot_at(((uint32_t)tid + i) % nslots);
+		uint64_t free_word = 0;
+		if (__atomic_load_n(&s->tid, __ATOMIC_RELAXED) == 0 &&
+		    __atomic_compare_exchange_n(owner_word(s), &free_word, (uint64_t)(uint32_t)tid, 0, __ATOMIC_ACQ_REL,
+						__ATOMIC_RELAXED)) {
+			gil_slot_reset(s);
+			return s;
+		}
+	}
+	__atomic_fetch_add(&header()->slot_overflows, 1, __ATOMIC_RELAXED);
+	return NULL;
+}
+
+/* The calling thread's slot (NULL if none is free). A new epoch (install, fork)
+ * re-reads the tid and drops open intervals left from before it: a thread that
+ * waited across an uninstall would otherwise count that wait forever. */
+static inline struct gil_slot *my_slot(void)
+{
+	if (__builtin_expect(me.epoch == epoch && me.slot != NULL, 1))
+		return me.slot;
+	if (me.epoch != epoch) {
+		me.epoch = epoch;
+		me.tid = (pid_t)syscall(SYS_gettid);
+		me.slot = NULL;
+	}
+	me.slot = claim(me.tid);
+	if (me.slot != NULL) {
+		struct gil_slot *s = me.slot;
+		if (s->wait_start_ns || s->acquired_ns) {
+			seq_bump(s);
+			s->wait_start_ns = s->acquired_ns = 0;
+			s->flags = 0;
+			seq_bump(s);
+		}
+		pthread_setspecific(exit_key, s);
+	}
+	return me.slot;
+}
+
+/* A thread exits (pthread key destructor): free its slot, then fold its figures
+ * into the header, in the BPF side's order (Totals in metrics.py relies on it). */
+static void on_thread_exit(void *value)
+{
+	struct gil_slot *s = value;
+	if (s == NULL || ring == NULL || s != me.slot || me.epoch != epoch || s->tid != (uint32_t)me.tid)
+		return; /* a slot from before a fork or an install: not this thread's any more */
+	uint64_t wait = s->wait_ns, hold = s->hold_ns, acquisitions = s->acquisitions, convoy = s->convoy_waits;
+	/* One store frees the slot: no seq bump a thread claiming it next could interleave with. */
+	__atomic_store_n(owner_word(s), 0, __ATOMIC_RELEASE);
+	me.slot = NULL;
+	struct gil_header *h = header();
+	__atomic_fetch_add(&h->exits_started, 1, __ATOMIC_ACQ_REL);
+	__atomic_fetch_add(&h->exited_wait_ns, wait, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&h->exited_hold_ns, hold, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&h->exited_acquisitions, acquisitions, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&h->exited_convoy_waits, convoy, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&h->exited_threads, 1, __ATOMIC_RELEASE);
+}
+
+/* ------------------------------------------------------------ wrappers */
+
+static void learn(pthread_cond_t *cond)
+{
+	if (learner == (pid_t)syscall(SYS_gettid) && nlearned < 2)
+		learned[nlearned++] = cond;
+}
+
+static int hook_cond_signal(pthread_cond_t *cond)
+{
+	struct gil_slot *s;
+	if (cond == gil_cond) {
+		if (active && (s = my_slot()) != NULL)
+			gil_on_release(ring, header(), s, (__u32)me.tid, now_ns());
+	} else if (cond == switch_cond) {
+		if (active && (s = my_slot()) != NULL)
+			gil_on_acquire(header(), s, (__u32)me.tid, now_ns());
+	} else if (__builtin_expect(learner != 0, 0)) {
+		learn(cond);
+	}
+	return real_signal(cond);
+}
+
+static int hook_cond_timedwait(pthread_cond_t *cond, pthread_mutex_t *mutex, const struct timespec *abstime)
+{
+	struct gil_slot *s;
+	if (cond == gil_cond && active && (s = my_slot()) != NULL)
+		gil_on_wait(header(), s, now_ns());
+	return real_timedwait(cond, mutex, abstime);
+}
+
+/* ------------------------------------------------------- GOT patching */
+
+struct got_entry {
+	void **address; /* the GOT slot */
+	void *original; /* its value before install */
+	const char *symbol;
+	int relro;      /* in a page ld.so made read-only */
+};
+
+static struct got_entry got[MAX_GOT];
+static int ngot;
+static char object_name[512]; /* the ELF object patched, for messages */
+
+struct search {
+	uintptr_t inside; /* an address of the interpreter's code */
+	int found;
+	const char *error;
+};
+
+static uintptr_t dyn_ptr(ElfW(Addr) base, ElfW(Addr) value)
+{
+	/* ld.so relocates these in place where the dynamic section is writable. */
+	return value < base ? base + value : value;
+}
+
+static int is_relro(const struct dl_phdr_info *info, uintptr_t address)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		if (ph->p_type != PT_GNU_RELRO)
+			continue;
+		uintptr_t start = (info->dlpi_addr + ph->p_vaddr) & ~(uintptr_t)(page - 1);
+		uintptr_t end = (info->dlpi_addr + ph->p_vaddr + ph->p_memsz) & ~(uintptr_t)(page - 1);
+		return address >= start && address < end; /* what ld.so's _dl_protect_relro protects */
+	}
+	return 0;
+}
+
+static void collect_relocs(struct dl_phdr_info *info, const ElfW(Rela) *rel, size_t size, const ElfW(Sym) *symtab,
+			   const char *strtab)
+{
+	for (size_t i = 0; i < size / sizeof(ElfW(Rela)); i++) {
+		unsigned long type = ELF64_R_TYPE(rel[i].r_info);
+		if (type != R_JUMP_SLOT && type != R_GLOB_DAT)
+			continue;
+		const char *name = strtab + symtab[ELF64_R_SYM(rel[i].r_info)].st_name;
+		const char *symbol = strcmp(name, "pthread_cond_signal") == 0      ? "pthread_cond_signal"
+				     : strcmp(name, "pthread_cond_timedwait") == 0 ? "pthread_cond_timedwait"
+										   : NULL;
+		if (symbol == NULL || ngot == MAX_GOT)
+			continue;
+		uintptr_t address = info->dlpi_addr + rel[i].r_offset;
+		got[ngot].address = (void **)address;
+		got[ngot].symbol = symbol;
+		got[ngot].relro = is_relro(info, address);
+		ngot++;
+	}
+}
+
+static int find_interpreter(struct dl_phdr_info *info, size_t size, void *data)
+{
+	struct search *search = data;
+	const ElfW(Dyn) *dyn = NULL;
+	int inside = 0;
+	(void)size;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uintptr_t start = info->dlpi_addr + ph->p_vaddr;
+		if (ph->p_type == PT_LOAD && search->inside >= start && search->inside < start + ph->p_memsz)
+			inside = 1;
+		else if (ph->p_type == PT_DYNAMIC)
+			dyn = (const ElfW(Dyn) *)(info->dlpi_addr + ph->p_vaddr);
+	}
+	if (!inside)
+		return 0;
+	search->found = 1;
+	snprintf(object_name, sizeof(object_name), "%s", info->dlpi_name && *info->dlpi_name ? info->dlpi_name : "the executable");
+	if (dyn == NULL) {
+		search->error = "has no dynamic section (a fully static build has no GOT to hook)";
+		return 1;
+	}
+	const ElfW(Sym) *symtab = NULL;
+	const char *strtab = NULL;
+	const ElfW(Rela) *jmprel = NULL, *rela = NULL;
+	size_t jmprel_size = 0, rela_size = 0;
+	for (; dyn->d_tag != DT_NULL; dyn++) {
+		switch (dyn->d_tag) {
+		case DT_SYMTAB: symtab = (const ElfW(Sym) *)dyn_ptr(info->dlpi_addr, dyn->d_un.d_ptr); break;
+		case DT_STRTAB: strtab = (const char *)dyn_ptr(info->dlpi_addr, dyn->d_un.d_ptr); break;
+		case DT_JMPREL: jmprel = (const ElfW(Rela) *)dyn_ptr(info->dlpi_addr, dyn->d_un.d_ptr); break;
+		case DT_PLTRELSZ: jmprel_size = dyn->d_un.d_val; break;
+		case DT_RELA: rela = (const ElfW(Rela) *)dyn_ptr(info->dlpi_addr, dyn->d_un.d_ptr); break;
+		case DT_RELASZ: rela_size = dyn->d_un.d_val; break;
+		}
+	}
+	if (symtab == NULL || strtab == NULL) {
+		search->error = "has no dynamic symbol table";
+		return 1;
+	}
+	if (jmprel != NULL)
+		collect_relocs(info, jmprel, jmprel_size, symtab, strtab);
+	if (rela != NULL)
+		collect_relocs(info, rela, rela_size, symtab, strtab);
+	return 1;
+}
+
+/* One aligned 8-byte store (atomic on every supported machine), through a
+ * writable window where ld.so made the page read-only (full RELRO). */
+static int store_got(const struct got_entry *entry, void *value)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	void *start = (void *)((uintptr_t)entry->address & ~(uintptr_t)(page - 1));
+	if (entry->relro && mprotect(start, (size_t)page, PROT_READ | PROT_WRITE) != 0)
+		return -1;
+	__atomic_store_n(entry->address, value, __ATOMIC_SEQ_CST);
+	if (entry->relro && mprotect(start, (size_t)page, PROT_READ) != 0)
+		return -1;
+	return 0;
+}
+
+static void *hook_for(const char *symbol)
+{
+	return strcmp(symbol, "pthread_cond_signal") == 0 ? (void *)hook_cond_signal : (void *)hook_cond_timedwait;
+}
+
+static void restore_got(void)
+{
+	for (int i = 0; i < ngot; i++)
+		if (*got[i].address == hook_for(got[i].symbol))
+			store_got(&got[i], got[i].original);
+}
+
+/* ------------------------------------------------------------- fork */
+
+static void after_fork_child(void)
+{
+	forks++;
+	if (ring == NULL)
+		return;
+	/* The child runs one thread, with the parent's hooks and conds (same
+	 * addresses) and a copy of its ring: start the ring afresh for this pid. */
+	memset(ring + sizeof(struct gil_slot), 0, ring_size - sizeof(struct gil_slot));
+	struct gil_header *h = header();
+	h->pid = (uint32_t)getpid();
+	h->last_release_tid = h->holder_tid = 0;
+	h->slot_overflows = h->exited_threads = h->exits_started = 0;
+	h->exited_wait_ns = h->exited_hold_ns = h->exited_acquisitions = h->exited_convoy_waits = 0;
+	h->held_total_ns = h->holds_written = h->acquisitions_total = h->last_acquired_ns = h->drop_request = 0;
+	epoch++;
+}
+
+/* ------------------------------------------------------------ Python */
+
+static PyObject *Unsupported;
+
+static int allocate(uint32_t slots)
+{
+	size_t size = (size_t)(slots + 1 + GIL_HOLD_PAGES) * sizeof(struct gil_slot); /* header, slots, hold log */
+	void *memory = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (memory == MAP_FAILED) {
+		PyErr_SetFromErrno(PyExc_OSError);
+		return -1;
+	}
+	ring = memory, ring_size = size, nslots = slots;
+	struct gil_header *h = header();
+	h->magic = GIL_MAGIC;
+	h->layout_version = GIL_LAYOUT_VERSION;
+	h->slot_size = sizeof(struct gil_slot);
+	h->nslots = slots;
+	h->clock_id = CLOCK_MONOTONIC;
+	h->pid = (uint32_t)getpid();
+	h->cond_stride = COND_STRIDE;
+	h->hold_record_ns = GIL_HOLD_RECORD_NS;
+	return 0;
+}
+
+/* Swap the GOT entries; 0, or -1 with Unsupported set (nothing changed). */
+static int patch(void)
+{
+	if (ngot == 0) {
+		struct search search = {(uintptr_t)(void *)&PyEval_SaveThread, 0, NULL};
+		dl_iterate_phdr(find_interpreter, &search);
+		if (!search.found || search.error) {
+			PyErr_Format(Unsupported, "the interpreter's ELF object (%s) %s", search.found ? object_name : "?",
+				     search.found ? search.error : "was not found among the loaded objects");
+			ngot = 0;
+			return -1;
+		}
+		int has_signal = 0, has_wait = 0;
+		for (int i = 0; i < ngot; i++) {
+			has_signal |= strcmp(got[i].symbol, "pthread_cond_signal") == 0;
+			has_wait |= strcmp(got[i].symbol, "pthread_cond_timedwait") == 0;
+		}
+		if (!has_signal || !has_wait) {
+			PyErr_Format(Unsupported, "%s calls pthread_cond_signal/pthread_cond_timedwait through no GOT entry "
+				     "(a static or unusual build): use the collector", object_name);
+			ngot = 0;
+			return -1;
+		}
+		real_signal = (signal_fn)dlsym(RTLD_DEFAULT, "pthread_cond_signal");
+		real_timedwait = (timedwait_fn)dlsym(RTLD_DEFAULT, "pthread_cond_timedwait");
+		if (real_signal == NULL || real_timedwait == NULL) {
+			PyErr_SetString(Unsupported, "dlsym found no pthread_cond_signal/pthread_cond_timedwait");
+			ngot = 0;
+			return -1;
+		}
+	}
+	for (int i = 0; i < ngot; i++) {
+		got[i].original = *got[i].address;
+		if (store_got(&got[i], hook_for(got[i].symbol)) != 0) {
+			PyErr_SetFromErrno(PyExc_OSError);
+			restore_got();
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Learn gil->cond and gil->switch_cond from this thread's own release and
+ * re-acquisition of the GIL; 0, or -1 with Unsupported set. */
+static int learn_conds(void)
+{
+	nlearned = 0;
+	learner = (pid_t)syscall(SYS_gettid);
+	Py_BEGIN_ALLOW_THREADS
+	Py_END_ALLOW_THREADS
+	learner = 0;
+	if (nlearned < 2 || (char *)learned[1] - (char *)learned[0] != (ptrdiff_t)COND_STRIDE) {
+		PyErr_Format(Unsupported, "the GIL's condition variables were not recognised in %s (%d signal(s) seen, "
+			     "stride %zd, expected %zu)", object_name, nlearned,
+			     nlearned == 2 ? (char *)learned[1] - (char *)learned[0] : (ptrdiff_t)0, COND_STRIDE);
+		return -1;
+	}
+	switch_cond = learned[1];
+	gil_cond = learned[0];
+	header()->switch_cond = (uint64_t)(uintptr_t)switch_cond;
+	header()->gil_cond = (uint64_t)(uintptr_t)gil_cond;
+	return 0;
+}
+
+static PyObject *install(PyObject *module, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = {"nslots", "long_wait_ns", "convoy_ns", NULL};
+	unsigned int slots;
+	unsigned long long long_wait_ns, convoy_ns;
+	(void)module;
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "IKK", kwlist, &slots, &long_wait_ns, &convoy_ns))
+		return NULL;
+	if (active)
+		return Py_BuildValue("(kn)", (unsigned long)(uintptr_t)ring, (Py_ssize_t)ring_size);
+	if (ring == NULL && (slots < 16 || slots > 65536)) {
+		PyErr_SetString(PyExc_ValueError, "nslots must be in 16..65536");
+		return NULL;
+	}
+	if (ring == NULL && allocate(slots) != 0)
+		return NULL;
+	struct gil_header *h = header();
+	h->long_wait_ns = h->long_hold_ns = long_wait_ns;
+	h->convoy_ns = convoy_ns;
+	if (patch() != 0)
+		return NULL;
+	if (gil_cond == NULL && learn_conds() != 0) {
+		restore_got();
+		return NULL;
+	}
+	epoch++;
+	active = 1;
+	struct gil_slot *mine = my_slot(); /* this thread holds the GIL from now on */
+	if (mine != NULL) {
+		seq_bump(mine);
+		mine->acquired_ns = now_ns();
+		seq_bump(mine);
+		header()->holder_tid = (__u32)me.tid;
+		header()->last_acquired_ns = mine->acquired_ns;
+	}
+	return Py_BuildValue("(kn)", (unsigned long)(uintptr_t)ring, (Py_ssize_t)ring_size);
+}
+
+static PyObject *uninstall(PyObject *module, PyObject *unused)
+{
+	(void)module, (void)unused;
+	active = 0;
+	restore_got();
+	Py_RETURN_NONE;
+}
+
+static PyObject *got_entries(PyObject *module, PyObject *unused)
+{
+	(void)module, (void)unused;
+	PyObject *list = PyList_New(0);
+	for (int i = 0; list != NULL && i < ngot; i++) {
+		PyObject *row = Py_BuildValue("{s:s,s:k,s:k,s:k,s:O}", "symbol", got[i].symbol, "address",
+					      (unsigned long)(uintptr_t)got[i].address, "value",
+					      (unsigned long)(uintptr_t)*got[i].address, "original",
+					      (unsigned long)(uintptr_t)got[i].original, "relro",
+					      got[i].relro ? Py_True : Py_False);
+		if (row == NULL || PyList_Append(list, row) != 0)
+			Py_CLEAR(list);
+		Py_XDECREF(row);
+	}
+	return list;
+}
+
+static PyObject *fork_count(PyObject *module, PyObject *unused)
+{
+	(void)module, (void)unused;
+	return PyLong_FromUnsignedLong(forks);
+}
+
+static PyObject *object(PyObject *module, PyObject *unused)
+{
+	(void)module, (void)unused;
+	return PyUnicode_DecodeFSDefault(object_name);
+}
+
+static PyMethodDef methods[] = {
+	{"install", (PyCFunction)(void (*)(void))install, METH_VARARGS | METH_KEYWORDS,
+	 "install(nslots, long_wait_ns, convoy_ns) -> (address, size): hook the GIL's hand-offs (GIL held)."},
+	{"uninstall", uninstall, METH_NOARGS, "Restore the original GOT entries; the ring stays mapped."},
+	{"got_entries", got_entries, METH_NOARGS, "The GOT entries hooked: symbol, address, value, original, relro."},
+	{"forks", fork_count, METH_NOARGS, "How many fork()s, by any caller, this process came out of."},
+	{"object", object, METH_NOARGS, "The ELF object whose GOT is hooked."},
+	{NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+	PyModuleDef_HEAD_INIT,
+	.m_name = "otel_gil._inprocess",
+	.m_doc = "The in-process writer of the GIL slot layout (GOT hooks on the GIL's condition variables).",
+	.m_size = -1,
+	.m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__inprocess(void)
+{
+	PyObject *m = PyModule_Create(&module_def);
+	if (m == NULL)
+		return NULL;
+	if (pthread_key_create(&exit_key, on_thread_exit) != 0 || pthread_atfork(NULL, NULL, after_fork_child) != 0) {
+		Py_DECREF(m);
+		return PyErr_SetFromErrno(PyExc_OSError);
+	}
+	Unsupported = PyErr_NewExceptionWithDoc("otel_gil._inprocess.Unsupported",
+						"This interpreter cannot be traced in-process; the message says why.",
+						NULL, NULL);
+	if (Unsupported == NULL || PyModule_AddObject(m, "Unsupported", Unsupported) ||
+	    PyModule_AddIntConstant(m, "SLOT_SIZE", sizeof(struct gil_slot)) ||
+	    PyModule_AddIntConstant(m, "LAYOUT_VERSION", GIL_LAYOUT_VERSION)) {
+		Py_DECREF(m);
+		return NULL;
+	}
+	Py_INCREF(Unsupported);
+	return m;
+}

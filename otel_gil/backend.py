@@ -1,0 +1,66 @@
+"""Which writer fills this process's GIL slots: the collector (root, eBPF) or the
+in-process hooks (no privilege). Never both on one ring.
+
+``OTEL_GIL_BACKEND``: ``collector``, ``inprocess``, or ``auto`` (the default): the
+collector when one answers on the socket (an operator who deployed one chose
+it), else in-process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Optional, Protocol, Union
+
+from otel_gil import ring as ringlib
+from otel_gil.client import PENDING, REGISTERED, Registration
+from otel_gil.environment_variables import OTEL_GIL_BACKEND
+from otel_gil.inprocess import InProcess
+
+log = logging.getLogger("otel_gil")
+
+AUTO, INPROCESS, COLLECTOR = "auto", "inprocess", "collector"
+KINDS = (AUTO, INPROCESS, COLLECTOR)
+
+
+class Backend(Protocol):
+    """What span hooks and metrics read; ``ring`` is None unless ``status == "ok"``."""
+
+    kind: str
+    ring: Optional[ringlib.Ring]
+    status: str
+    detail: str
+    generation: int
+
+    def stop(self) -> None: ...
+
+    def check_fork(self) -> None:
+        """After a fork by any caller (Python's at-fork hooks run only for os.fork): set up for this pid."""
+
+
+def requested(kind: Optional[str] = None) -> str:
+    """The backend asked for (argument, else ``$OTEL_GIL_BACKEND``, else auto)."""
+    kind = (kind or os.environ.get(OTEL_GIL_BACKEND) or AUTO).strip().lower()
+    if kind not in KINDS:
+        log.warning("otel-gil: ignoring %s=%r (one of %s); using auto", OTEL_GIL_BACKEND, kind, ", ".join(KINDS))
+        return AUTO
+    return kind
+
+
+def start(kind: Optional[str], socket_path: Optional[str], long_wait_ns: int, timeout_s: float) -> Union[Registration, InProcess]:
+    """Start the backend ``kind`` (see :func:`requested`) and return it, figures flowing or status set."""
+    kind = requested(kind)
+    if kind != INPROCESS:
+        registration = Registration(socket_path, long_wait_ns)
+        registration.quiet = kind == AUTO
+        registration.start()
+        registration.wait(timeout_s)
+        # Still pending: a collector answered and is busy with us; ok: it traces us.
+        if kind == COLLECTOR or registration.status in (PENDING, REGISTERED):
+            registration.quiet = False
+            return registration
+        registration.stop()
+        log.debug("otel-gil: no collector (%s: %s); tracing in-process", registration.status, registration.detail)
+    backend = InProcess(long_wait_ns)
+    backend.start()
+    return backend

@@ -1,0 +1,100 @@
+"""Blame by time held: which threads held the GIL during a long wait, and for how long.
+
+A long wait's length splits into the time each thread held the GIL meanwhile (from
+the process's hold log: holds of at least ``header.hold_record_ns``), the time held
+in holds too short to be logged (or no longer in the log), and the hand-off: the
+GIL was free while the waiter was being woken. The writer measures the held total
+of each wait (``Wait.held_ns``) independently of the log, so the parts are checked
+against each other, not derived from one another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from otel_gil import ring as ringlib
+
+LISTED = 4  # holders named on a gil.wait event, most held first
+
+
+@dataclass(frozen=True)
+class Blame:
+    """One long wait, broken down by who held the GIL."""
+
+    wait: ringlib.Wait
+    held_by: list[tuple[int, int]]  # (tid, ns held during the wait), most first
+    unrecorded_ns: int  # held in holds too short for the log (or overwritten in it)
+    handoff_ns: int  # the GIL was free: the waiter was being woken
+
+    @property
+    def blocker(self) -> tuple[int, int]:
+        """(tid, ns) of the thread that held the GIL longest; the last releaser if none was logged."""
+        return self.held_by[0] if self.held_by else (self.wait.blocker_tid, 0)
+
+
+class HoldLog:
+    """Holds of the process's hold log, in log order, to blame several waits on."""
+
+    def __init__(self, holds: list[ringlib.Hold]) -> None:
+        self.holds = holds
+        self._ends = [h.end_ns for h in holds]
+
+    @classmethod
+    def read(cls, ring: ringlib.Ring, since_ns: int) -> "HoldLog":
+        """The holds of ``ring`` that ended after ``since_ns``."""
+        return cls(ring.holds_since(since_ns)[0])
+
+    def blame(self, wait: ringlib.Wait) -> Blame:
+        held = ringlib.held_during(self.holds, self._ends, wait.start_ns, wait.end_ns)
+        by_time = sorted(held.items(), key=lambda item: item[1], reverse=True)
+        length = wait.end_ns - wait.start_ns
+        return Blame(wait, by_time, max(wait.held_ns - sum(held.values()), 0), length - wait.held_ns)
+
+
+def _ms(ns: int) -> float:
+    return round(ns / 1e6, 3)
+
+
+def thread_attributes(prefix: str, tid: int, who) -> dict:
+    """A thread named by kernel tid: ``{prefix}.native_id``, and where ``who(tid)`` knows them
+    (``(thread.id, thread.name)``, None for what it does not know), ``{prefix}.id``, the
+    managed id its own spans and logs carry, and ``{prefix}.name``."""
+    ident, name = who(tid)
+    attrs: dict = {f"{prefix}.native_id": tid}
+    if ident is not None:
+        attrs[f"{prefix}.id"] = ident
+    if name is not None:
+        attrs[f"{prefix}.name"] = name
+    return attrs
+
+
+def event_attributes(b: Blame, who, span_of=None) -> dict:
+    """The ``gil.wait`` event of a long wait; ``who(tid)`` gives a thread's (thread.id, name), each
+    or None, ``span_of(tid, since_ns)`` the (name, span id) of the span the thread has been in since then, or None."""
+    tid, held = b.blocker
+    attrs: dict = {"gil.wait_ms": _ms(b.wait.end_ns - b.wait.start_ns), **thread_attributes("gil.blocker.thread", tid, who)}
+    span = span_of(tid, b.wait.start_ns) if span_of is not None and b.held_by else None
+    if span is not None:
+        attrs["gil.blocker.span.name"], attrs["gil.blocker.span_id"] = span
+    if b.held_by:
+        listed = b.held_by[:LISTED]
+        attrs["gil.blocker.hold_ms"] = _ms(held)
+        attrs["gil.blockers.thread.native_id"] = [t for t, _ in listed]
+        attrs["gil.blockers.thread.name"] = [who(t)[1] or str(t) for t, _ in listed]
+        attrs["gil.blockers.hold_ms"] = [_ms(ns) for _, ns in listed]
+        attrs["gil.blockers.others_ms"] = _ms(sum(ns for _, ns in b.held_by[LISTED:]))
+    attrs["gil.blockers.unrecorded_ms"] = _ms(b.unrecorded_ns)
+    attrs["gil.handoff_ms"] = _ms(b.handoff_ns)
+    if b.wait.forced:
+        attrs["gil.wait.forced_switch"] = True
+    return attrs
+
+
+def top_blocker(blames: list[Blame]) -> Optional[tuple[int, int]]:
+    """(tid, ns) of the thread that held the GIL longest over all these waits; None if none logged."""
+    total: dict[int, int] = {}
+    for b in blames:
+        for tid, ns in b.held_by:
+            total[tid] = total.get(tid, 0) + ns
+    return max(total.items(), key=lambda item: item[1]) if total else None

@@ -1,0 +1,91 @@
+"""The in-process backend: this process traces its own GIL hand-offs, no root, no collector.
+
+``otel_gil._inprocess`` (C) swaps the interpreter's GOT entries of
+``pthread_cond_signal`` and ``pthread_cond_timedwait`` for wrappers that write
+the same slot layout as the collector's BPF program, in this process's memory.
+:class:`InProcess` has the interface the span hooks and metrics read from any
+backend: ``ring``, ``status``, ``detail``, ``generation``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Optional
+
+from otel_gil import protocol
+from otel_gil import ring as ringlib
+from otel_gil.client import PENDING, REGISTERED, gil_enabled
+
+log = logging.getLogger("otel_gil")
+
+try:
+    from otel_gil import _inprocess
+except ImportError as exc:  # built without a C compiler
+    _inprocess = None
+    _IMPORT_ERROR = str(exc)
+
+NSLOTS = 2048
+
+
+class InProcess:
+    """GOT hooks in this process; ``ring`` is None unless ``status == "ok"``."""
+
+    kind = "inprocess"
+
+    def __init__(self, long_wait_ns: int = 1_000_000, nslots: int = NSLOTS) -> None:
+        self.long_wait_ns = long_wait_ns
+        self.nslots = nslots
+        self.ring: Optional[ringlib.Ring] = None
+        self.status = PENDING
+        self.detail = ""
+        self.generation = 0  # bumped whenever the ring or the pid changes, so cached slot indexes expire
+        self._pid = os.getpid()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._after_fork)
+
+    def start(self) -> None:
+        """Install the hooks (with the GIL held, as every call from Python is)."""
+        if self.ring is not None:
+            return
+        if not gil_enabled():
+            return self._fail(protocol.GIL_DISABLED, "this interpreter runs without a GIL (free-threaded build)")
+        if _inprocess is None:
+            return self._fail(protocol.UNSUPPORTED_INTERPRETER,
+                              f"otel_gil._inprocess was not built ({_IMPORT_ERROR}): reinstall otel-gil where a C "
+                              "compiler and Python.h are present, or use the collector (OTEL_GIL_BACKEND=collector)")
+        if (_inprocess.LAYOUT_VERSION, _inprocess.SLOT_SIZE) != (ringlib.LAYOUT_VERSION, ringlib.SLOT_SIZE):
+            return self._fail(protocol.UNSUPPORTED_VERSION,
+                              "otel_gil._inprocess was built for another ring layout: reinstall otel-gil")
+        try:
+            address, size = _inprocess.install(self.nslots, self.long_wait_ns, int(sys.getswitchinterval() * 1e9))
+        except (_inprocess.Unsupported, OSError) as exc:
+            return self._fail(protocol.UNSUPPORTED_INTERPRETER, f"{exc}; the collector may trace it (OTEL_GIL_BACKEND=collector)")
+        self.ring = ringlib.Ring(address, size)
+        self.status, self.detail = REGISTERED, ""
+        self.generation += 1
+        log.info("otel-gil: tracing the GIL in-process (GOT hooks in %s)", _inprocess.object())
+
+    def wait(self, timeout: float) -> bool:
+        return True  # start() is synchronous
+
+    def stop(self) -> None:
+        if _inprocess is not None and self.ring is not None:
+            _inprocess.uninstall()
+        self.ring, self.status = None, PENDING
+        self.generation += 1
+
+    def _fail(self, status: str, detail: str) -> None:
+        self.ring, self.status, self.detail = None, status, detail
+        self.generation += 1
+        log.warning("otel-gil: no GIL figures (%s): %s", status, detail)
+
+    def check_fork(self) -> None:
+        if os.getpid() != self._pid:
+            self._after_fork()
+
+    def _after_fork(self) -> None:
+        # The C side started the ring afresh for the child (same address); thread ids changed.
+        self._pid = os.getpid()
+        self.generation += 1

@@ -1,0 +1,66 @@
+"""What a user sees in Jaeger's own UI (the build in ../shared/jaeger-ui, served by the
+session's Jaeger): the slowest /io trace of the Flask example, opened in headless
+Chromium, its span expanded, shows the gil.* tags and a gil.wait log naming the hog.
+The screenshot stays in $OTEL_GIL_ARTIFACTS (default /tmp/otel-gil-artifacts)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from browser import BrowserError, Chromium
+from helpers import drive, server_spans, stack
+
+ARTIFACTS = Path(os.environ.get("OTEL_GIL_ARTIFACTS") or "/tmp/otel-gil-artifacts")
+SERVICE = "flask-jaeger-ui"
+HOG = "metrics-collector"
+
+# Expand the span's detail, then its tags and its first log: clicks as a user makes them.
+OPEN_SPAN = "[...document.querySelectorAll('a.span-name')].find(a => a.innerText.includes('GET /io'))"
+HEADERS = "[...document.querySelectorAll('.AccordianKeyValues--header')]"
+TAGS_HEADER = f"{HEADERS}.find(h => h.querySelector('[data-test=label]')?.innerText === 'Tags:')"
+LOG_HEADER = f"{HEADERS}.find(h => h.closest('.AccordianLogs') && h.innerText.includes('gil.wait'))"
+# Every key/value table the page shows now, as [[key, value], ...] per table.
+TABLES = """[...document.querySelectorAll('.KeyValueTable')].map(t =>
+    [...t.querySelectorAll('tr')].map(tr => [...tr.cells].map(td => td.innerText.trim())))"""
+
+
+def click(browser: Chromium, element: str) -> None:
+    browser.wait_for(f"!!({element})")
+    browser.evaluate(f"{element}.click()")
+
+
+def test_the_slow_io_span_shows_its_gil_tags_and_the_hog_in_jaeger_ui(collector_app):
+    if stack.jaeger_ui_assets() is None:
+        pytest.fail(f"Jaeger's UI build is missing at {stack.JAEGER_UI} (set OTEL_GIL_JAEGER_UI to a "
+                    "jaeger-ui build/ directory, see ../shared/jaeger-ui/README.md)")
+    svc = collector_app("flask", "dev", SERVICE, hog=True)
+    drive(svc.address, "/io", 10, concurrency=1)
+    spans = server_spans(SERVICE, "GET /io", 10)
+    slowest = max(spans, key=lambda s: s["duration"])
+    url = f"{stack.JAEGER_QUERY}/trace/{slowest['traceID']}"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / f"jaeger-ui-{slowest['traceID']}.png"
+    try:
+        with Chromium() as browser:
+            browser.navigate(url)
+            click(browser, OPEN_SPAN)
+            click(browser, TAGS_HEADER)
+            click(browser, LOG_HEADER)
+            tables = browser.wait_for(f"{TABLES}.length >= 2 && {TABLES}")
+            browser.screenshot(shot)
+    except BrowserError as exc:
+        pytest.fail(f"{url}: {exc}")
+    print(f"Jaeger UI screenshot: {shot}")
+
+    tags = dict(row for row in tables[0] if len(row) == 2)
+    for key in ("gil.wait_ms", "gil.hold_ms", "gil.wait_ratio", "gil.hold_ratio", "gil.acquisitions",
+                "gil.convoy_waits", "thread.id", "thread.name"):
+        assert key in tags, (key, tags, shot)
+    assert float(tags["gil.wait_ms"]) == pytest.approx(slowest["tags"]["gil.wait_ms"]), (tags, shot)
+    assert float(tags["gil.wait_ratio"]) > 0.3, (tags, shot)  # the page shows what the hog did to /io
+    log = dict(row for row in tables[1] if len(row) == 2)
+    assert log.get("event") == "gil.wait" and log.get("gil.blocker.thread.name") == HOG, (log, shot)
+    assert float(log["gil.wait_ms"]) > 0, (log, shot)

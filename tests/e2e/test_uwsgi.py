@@ -1,0 +1,44 @@
+"""uWSGI, the pre-fork server that forks its workers in C (no Python at-fork hook runs):
+every worker's spans get its own figures, with both backends, with and without
+--lazy-apps; until a worker has figures its spans say gil.status, never a zero."""
+
+import os
+
+import pytest
+
+from helpers import drive, server_spans
+
+
+def _workers(master: int) -> dict[int, set[int]]:
+    """Worker pid -> its thread ids (kernel tids), read from /proc while they run."""
+    with open(f"/proc/{master}/task/{master}/children") as f:
+        pids = [int(p) for p in f.read().split()]
+    return {pid: {int(t) for t in os.listdir(f"/proc/{pid}/task")} for pid in pids}
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["app-in-master", "lazy-apps"])
+def test_every_uwsgi_worker_has_its_own_figures(app, collector, backend, lazy):
+    service = f"flask-uwsgi{'-lazy' if lazy else ''}"
+    svc = app("flask", "uwsgi", service, workers=2, preload=not lazy, hog=True)
+    drive(svc.address, "/io", 80, concurrency=4)
+    workers = _workers(svc.proc.pid)
+    assert len(workers) == 2, workers
+    spans = server_spans(f"{service}-{backend}", "GET /io", 80)
+    measured = [s for s in spans if "gil.status" not in s["tags"]]
+    assert {s["tags"]["gil.status"] for s in spans if s not in measured} <= {"pending"}
+    assert len(measured) >= 0.8 * len(spans), [s["tags"].get("gil.status") for s in spans]
+    owners = set()
+    for span in measured:
+        tags = span["tags"]
+        assert tags["gil.wait_ms"] + tags["gil.hold_ms"] <= span["duration"] / 1e3 + 0.01, tags
+        for log in span.get("logs", []):
+            tid = next(f["value"] for f in log["fields"] if f["key"] == "gil.blocker.thread.native_id")
+            owners.add(next((pid for pid, tids in workers.items() if tid in tids), None))
+    assert owners == set(workers), "each worker's spans waited on its own threads (its hog)"
+    slowest = sorted(measured, key=lambda s: s["duration"], reverse=True)[:10]
+    tops = [s["tags"].get("gil.top_blocker.thread.name") for s in slowest]
+    assert tops.count("metrics-collector") >= 8, tops
+    if backend == "collector":
+        log = collector.log_text()
+        for pid in workers:
+            assert f"pid {pid} (uid 0) registered" in log
