@@ -23,7 +23,7 @@ import collections
 import re
 import threading
 import time
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional, TypeVar
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
@@ -36,6 +36,8 @@ _FIELDS = ("wait_ns", "hold_ns", "acquisitions", "convoy_waits")
 _EXITED = ("exited_wait_ns", "exited_hold_ns", "exited_acquisitions", "exited_convoy_waits")
 EXITED_THREADS = "(exited threads)"
 _HEADER_TRIES = 100
+_PATIENCE_S = 0.05
+T = TypeVar("T")
 OTHER_THREADS = "(other threads)"
 MAX_THREAD_NAMES = 100  # distinct thread.name values, besides the two buckets above
 # Names CPython numbers per thread: Thread-N, Thread-N (target), Dummy-N, ThreadPoolExecutor-N_N.
@@ -108,11 +110,8 @@ class Totals:
         False (nothing changed) if an exit was half-added or a slot stayed busy."""
         if ring is not self._ring:  # a new registration: new slots, new exited totals
             self._reset(ring)
-        exited_totals = _exited(ring.header)
-        try:
-            slots = None if exited_totals is None else list(ring.threads())
-        except ringlib.BusySlot:
-            slots = None
+        exited_totals = _patiently(lambda: _exited(ring.header))
+        slots = None if exited_totals is None else _patiently(lambda: _slots(ring))
         if slots is None:  # read again at the next collection, these starts with it
             self._recent = {**self._recent, **(started or {})}
             return False
@@ -161,6 +160,24 @@ def _exited(header: ringlib.Header) -> Optional[tuple[list[int], int]]:
         if header.exits_started == exits:
             return exited, exits
     return None
+
+
+def _slots(ring: ringlib.Ring) -> Optional[list[ringlib.Slot]]:
+    try:
+        return list(ring.threads())
+    except ringlib.BusySlot:
+        return None
+
+
+def _patiently(read: Callable[[], Optional[T]]) -> Optional[T]:
+    """``read()`` until it gives an answer, for at most ``_PATIENCE_S`` (a writer preempted
+    half-way through an update keeps it from answering meanwhile)."""
+    deadline = time.monotonic() + _PATIENCE_S
+    while True:
+        answer = read()
+        if answer is not None or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.001)
 
 
 class WaitRatios:
