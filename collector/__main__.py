@@ -18,6 +18,7 @@ import grp
 import logging
 import os
 import platform
+import resource
 import signal
 import sys
 
@@ -25,6 +26,8 @@ from otel_gil.environment_variables import DEFAULT_SOCKET
 
 _CAP_SYS_ADMIN, _CAP_PERFMON, _CAP_BPF = 21, 38, 39
 _BCC_PATHS = ("/usr/lib/python3/dist-packages", "/usr/lib64/python3/site-packages")
+FDS_PER_PROCESS = 6  # a registered process: connection, pidfd, ring, three uprobes
+FDS_RESERVED = 256  # connections waiting for a hello, planner workers, bcc, uprobes being closed
 
 
 class PreflightError(SystemExit):
@@ -83,6 +86,24 @@ def _check_kernel() -> None:
         raise PreflightError("this kernel has no BPF syscall (CONFIG_BPF_SYSCALL): otel-gil cannot trace the GIL")
 
 
+def fd_budget(max_processes: int, log: logging.Logger) -> int:
+    """Raise the soft fd limit to the hard one; the --max-processes that fits in it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    limit = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    fits = (limit - FDS_RESERVED) // FDS_PER_PROCESS
+    if fits < 1:
+        raise PreflightError(
+            f"otel-gil-collector: the file descriptor limit ({limit}) is too low; raise it "
+            f"(ulimit -n, systemd LimitNOFILE=) to at least {FDS_RESERVED + 16 * FDS_PER_PROCESS}"
+        )
+    if max_processes > fits:
+        log.warning("--max-processes %d lowered to %d: %d fds per process fit in the fd limit of %d "
+                    "(raise it with ulimit -n / LimitNOFILE=)", max_processes, fits, FDS_PER_PROCESS, limit)
+    return min(max_processes, fits)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="otel-gil-collector",
@@ -98,6 +119,14 @@ def main(argv: list[str] | None = None) -> int:
         "--max-processes", type=int, default=1024, help="registered processes at once (default 1024)"
     )
     parser.add_argument(
+        "--max-processes-per-uid", type=int, default=512,
+        help="GIL rings one uid may hold at once, registered processes included (default 512)",
+    )
+    parser.add_argument(
+        "--plan-timeout", type=float, default=10.0,
+        help="seconds the collector may spend examining one process's interpreter files (default 10)",
+    )
+    parser.add_argument(
         "--socket-group",
         help="only this group may register (socket mode 0660); default: any local user (0666), "
         "each process only ever gets its own figures",
@@ -110,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not 16 <= args.max_threads <= 65536 or not 1 <= args.max_processes <= 65536:
         parser.error("--max-threads must be in 16..65536 and --max-processes in 1..65536")
+    if not 1 <= args.max_processes_per_uid <= 65536 or not 0.1 <= args.plan_timeout <= 600:
+        parser.error("--max-processes-per-uid must be in 1..65536 and --plan-timeout in 0.1..600")
     group = None
     if args.socket_group is not None:
         try:
@@ -124,15 +155,17 @@ def main(argv: list[str] | None = None) -> int:
         from otel_gil_collector.tracer import Tracer
 
         log = logging.getLogger("otel_gil.collector")
+        max_processes = fd_budget(args.max_processes, log)
         log.info("compiling the BPF program (a few seconds)...")
         try:
-            tracer = Tracer(args.max_threads, args.max_processes)
+            tracer = Tracer(args.max_threads, max_processes)
         except Exception as exc:
             raise PreflightError(f"otel-gil-collector: loading the BPF program failed: {exc}") from None
     except PreflightError as exc:
         print(exc.code if isinstance(exc.code, str) else exc, file=sys.stderr)
         return 2
-    server = Server(args.socket, tracer, 0o666 if group is None else 0o660, group)
+    server = Server(args.socket, tracer, 0o666 if group is None else 0o660, group,
+                    args.max_processes_per_uid, args.plan_timeout)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: server.stop())
     log.info("listening on %s", args.socket)

@@ -1,8 +1,9 @@
-"""The few bpf(2) commands bcc does not wrap: frozen mmapable arrays."""
+"""The few bpf(2) commands bcc does not wrap: frozen mmapable arrays, and map ids."""
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import mmap
 import os
 import platform
@@ -10,6 +11,8 @@ from typing import Callable
 
 _SYS_BPF = {"x86_64": 321, "aarch64": 280}
 BPF_MAP_CREATE = 0
+BPF_MAP_GET_FD_BY_ID = 14
+BPF_OBJ_GET_INFO_BY_FD = 15
 BPF_MAP_FREEZE = 22
 BPF_MAP_TYPE_ARRAY = 2
 BPF_F_MMAPABLE = 1 << 10
@@ -34,6 +37,16 @@ class _MapCreate(ctypes.Structure):
 
 class _MapFd(ctypes.Structure):
     _fields_ = [("map_fd", ctypes.c_uint32), ("pad", ctypes.c_uint8 * 60)]
+
+
+class _MapById(ctypes.Structure):
+    _fields_ = [("map_id", ctypes.c_uint32), ("next_id", ctypes.c_uint32), ("open_flags", ctypes.c_uint32),
+                ("pad", ctypes.c_uint8 * 52)]
+
+
+class _InfoByFd(ctypes.Structure):
+    _fields_ = [("bpf_fd", ctypes.c_uint32), ("info_len", ctypes.c_uint32), ("info", ctypes.c_uint64),
+                ("pad", ctypes.c_uint8 * 48)]
 
 
 def _bpf(cmd: int, attr: ctypes.Structure) -> int:
@@ -80,3 +93,20 @@ class MmapableArray:
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+def map_id(fd: int) -> int:
+    """The kernel's id of the BPF map behind ``fd`` (stable while the map exists)."""
+    info = (ctypes.c_uint32 * 2)()  # struct bpf_map_info starts with type, id
+    _bpf(BPF_OBJ_GET_INFO_BY_FD, _InfoByFd(bpf_fd=fd, info_len=ctypes.sizeof(info), info=ctypes.addressof(info)))
+    return info[1]
+
+
+def map_alive(map_id: int) -> bool:
+    """Whether a BPF map with this id still exists: some process still holds or maps it.
+    True unless the kernel says there is none (out of fds, say, it is counted as alive)."""
+    try:
+        os.close(_bpf(BPF_MAP_GET_FD_BY_ID, _MapById(map_id=map_id)))
+        return True
+    except OSError as exc:
+        return exc.errno != errno.ENOENT

@@ -2,8 +2,13 @@
 
 A small reader of ELF64 little-endian headers, section headers, symbol tables
 and symbol versions: just what locating probes needs, fast enough to run on
-every registration, and bounds-checked because a process's files are input we
-do not trust (a container image can hold anything).
+every registration, and bounded because a process's files are input we do not
+trust (a container image can hold anything): records must have their standard
+sizes, at most ``MAX_SEGMENTS`` program headers, only the first symbol table
+of each kind is read, at most
+``MAX_SYMBOLS`` symbols of it, names at most ``MAX_NAME`` bytes long; so the
+work is linear in the file's size whatever its headers claim. (The collector
+also reads files in a worker process under a time limit: see planner.py.)
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ _PF_X = 1
 _NT_GNU_BUILD_ID = 3
 _VERSYM_HIDDEN = 0x8000
 MACHINES = {62: "EM_X86_64", 183: "EM_AARCH64"}
+MAX_SYMBOLS = 4_000_000  # per table; libpython has ~20,000, the largest real binaries ~10^6
+MAX_NAME = 4096
+MAX_SEGMENTS = 256  # program headers; real files have about 15
 
 
 class ElfLookupError(Exception):
@@ -68,7 +76,7 @@ def _unpack(fmt: struct.Struct, data, offset: int) -> tuple:
 
 
 def _cstr(data, offset: int) -> str:
-    end = data.find(b"\0", offset)
+    end = data.find(b"\0", offset, offset + MAX_NAME)
     if offset >= len(data) or end < 0:
         raise ElfLookupError("symbol name out of bounds")
     return data[offset:end].decode("utf-8", "replace")
@@ -78,6 +86,10 @@ def _parse(data) -> ElfInfo:
     ident, _, machine, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, _ = _unpack(_EHDR, data, 0)
     if ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
         raise ElfLookupError("not an ELF64 little-endian file")
+    if phnum and phentsize != _PHDR.size or shnum and shentsize != _SHDR.size:
+        raise ElfLookupError(f"non-standard header sizes (program {phentsize} B, section {shentsize} B)")
+    if phnum > MAX_SEGMENTS:
+        raise ElfLookupError(f"{phnum} program headers (at most {MAX_SEGMENTS} are read)")
     loads, build_id = [], ""
     for i in range(phnum):
         p_type, p_flags, p_offset, p_vaddr, _, p_filesz, p_memsz, _ = _unpack(_PHDR, data, phoff + i * phentsize)
@@ -89,15 +101,18 @@ def _parse(data) -> ElfInfo:
     versym = next((s for s in sections if s[1] == _SHT_GNU_VERSYM), None)
 
     def table(kind: int) -> tuple[dict[str, Symbol], dict[str, Symbol]]:
-        """(functions, data objects) of the symbol tables of one kind."""
+        """(functions, data objects) of the first section of ``kind`` (real files have one):
+        never table x tables."""
         out: dict[str, Symbol] = {}
         objects: dict[str, Symbol] = {}
-        for sec in sections:
-            if sec[1] != kind or sec[6] >= len(sections):
-                continue
+        sec = next((s for s in sections if s[1] == kind), None)
+        if sec is not None and sec[6] < len(sections):
             strtab = sections[sec[6]]
             names = data[strtab[4] : strtab[4] + strtab[5]]
-            for i in range(sec[5] // _SYM.size):
+            count = sec[5] // _SYM.size
+            if count > MAX_SYMBOLS:
+                raise ElfLookupError(f"{count} symbols in one table (at most {MAX_SYMBOLS} are read)")
+            for i in range(count):
                 st_name, st_info, _, st_shndx, st_value, st_size = _unpack(_SYM, data, sec[4] + i * _SYM.size)
                 if st_info & 0xF not in (_STT_OBJECT, _STT_FUNC, _STT_GNU_IFUNC) or not st_value or not st_shndx:
                     continue

@@ -210,12 +210,15 @@ RAW_TRACEPOINT_PROBE(sched_process_exit)
 	if (!s)
 		return 0;
 	u64 wait = s->wait_ns, hold = s->hold_ns, acquisitions = s->acquisitions, convoy = s->convoy_waits;
-	/* Free the slot before the header shows the totals: a reader that reads the
-	 * header first, then the slots, never counts this thread twice. */
-	seq_bump(s);
-	s->flags = 0;
-	s->tid = 0;
-	seq_bump(s);
+	/* Free the slot (tid and flags, one store: no seq bump that a thread claiming the
+	 * slot next could interleave with) before the header shows the totals: a reader
+	 * that reads the header first, then the slots, never counts this thread twice. */
+	asm volatile("" ::: "memory");
+	*(volatile u64 *)&s->tid = 0;
+	asm volatile("" ::: "memory");
+	/* The totals are added between exits_started and exited_threads: a reader that
+	 * finds the two equal read no exit half-added (otel_gil/metrics.py). */
+	__sync_fetch_and_add(&h->exits_started, 1);
 	__sync_fetch_and_add(&h->exited_wait_ns, wait);
 	__sync_fetch_and_add(&h->exited_hold_ns, hold);
 	__sync_fetch_and_add(&h->exited_acquisitions, acquisitions);

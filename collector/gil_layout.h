@@ -20,7 +20,7 @@
 #define OTEL_GIL_LAYOUT_H
 
 #define GIL_MAGIC 0x004c49474c45544fULL /* "OTELGIL\0", little-endian */
-#define GIL_LAYOUT_VERSION 4
+#define GIL_LAYOUT_VERSION 5
 #define GIL_HIST_BUCKETS 32 /* bucket i counts waits in [2^i, 2^(i+1)) ns */
 #define GIL_RING_LEN 16     /* long waits, and long holds, kept per thread */
 #define GIL_PROBE_LEN 16    /* open-addressing window searched for a tid */
@@ -124,6 +124,9 @@ struct gil_header {
 	                         * records n2 - GIL_HOLD_LOG_LEN + 1 .. n - 1: the writer may be
 	                         * overwriting record n2 - GIL_HOLD_LOG_LEN) */
 	__u64 hold_record_ns;   /* set at creation: shorter holds only add to held_total_ns */
+	/* Layout 5: a thread's exit adds its figures to exited_* between exits_started += 1
+	 * and exited_threads += 1 (a reader trusts exited_* read between equal counts). */
+	__u64 exits_started;
 };
 
 #endif

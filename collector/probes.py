@@ -49,7 +49,7 @@ class UnsupportedProcess(Exception):
 
 @dataclass(frozen=True)
 class Probe:
-    path: str  # as the collector opens it (see _host_path)
+    path: str  # the mapped file itself, /proc/<pid>/map_files/<range>: attaching walks no path of the client's
     offset: int  # file offset of the probed instruction
     handler: str  # BPF function in gil.bpf.c
     bootstrap: bool = False  # detached once the condition variables are learned
@@ -228,20 +228,27 @@ def plan(pid: int, gil_enabled: bool = False) -> ProbePlan:
         py = elf.load(interp_path)
     except elf.ElfLookupError as exc:
         raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, str(exc)) from None
-    c, c_path = _cond_library(pid, maps)
+    c, c_lib = _cond_library(pid, maps)
     stride = COND_STRIDE.get(c.machine)
     if stride is None:
         raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, f"no condition-variable layout for {c.machine}")
     if "PyEval_SaveThread" not in py.dynamic and not py.has_symtab:
         raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, f"pid {pid} ({interp.path}) is not a Python process")
     take_gil, how = locate_take_gil(py, interp_path, f"/proc/{pid}/root")
-    probes = [Probe(interp_path, take_gil, "take_gil_entry", bootstrap=True)]
-    probes += [Probe(c_path, c.dynamic[name].offset, handler) for name, handler in _COND_FUNCTIONS]
+    # Attached through map_files: a FUSE mount on the client's path cannot stall the attach
+    # (the files were read by a worker process under a time limit, see planner.py).
+    probes = [Probe(_attach_path(pid, interp), take_gil, "take_gil_entry", bootstrap=True)]
+    probes += [Probe(_attach_path(pid, c_lib), c.dynamic[name].offset, handler) for name, handler in _COND_FUNCTIONS]
     return ProbePlan(interp.path, interp_path, tuple(probes), stride, how)
 
 
-def _cond_library(pid: int, maps: list[Mapping]) -> tuple[elf.ElfInfo, str]:
-    """The library whose ``pthread_cond_*`` the interpreter's calls land in, and its path.
+def _attach_path(pid: int, mapping: Mapping) -> str:
+    """The file ``mapping`` maps, as a magic link the kernel follows without a lookup."""
+    return f"/proc/{pid}/map_files/{mapping.range}"
+
+
+def _cond_library(pid: int, maps: list[Mapping]) -> tuple[elf.ElfInfo, Mapping]:
+    """The library whose ``pthread_cond_*`` the interpreter's calls land in, and its mapping.
 
     Before glibc 2.34 they live in libpthread.so.0 (libc.so.6 has forwarders to them,
     which the interpreter does not call): probe libpthread where it exports their
@@ -259,7 +266,7 @@ def _cond_library(pid: int, maps: list[Mapping]) -> tuple[elf.ElfInfo, str]:
         except elf.ElfLookupError as exc:
             raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, str(exc)) from None
         if all(name in info.dynamic for name, _ in _COND_FUNCTIONS):
-            return info, path
+            return info, lib
     raise UnsupportedProcess(
         protocol.UNSUPPORTED_INTERPRETER,
         f"{libc.path} exports no default {' / '.join(name for name, _ in _COND_FUNCTIONS)}",

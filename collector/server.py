@@ -3,9 +3,11 @@ probe in that process, and tracing it until it exits or hangs up."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import selectors
+import signal
 import socket
 import struct
 import time
@@ -13,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from otel_gil_collector import probes
+from otel_gil_collector.bpfsys import map_alive, map_id
+from otel_gil_collector.planner import Outcome, Planner
 from otel_gil_collector.tracer import Traced, Tracer
 from otel_gil import protocol
 
@@ -24,7 +28,9 @@ MAX_PENDING = 1024
 MAX_PENDING_PER_UID = 16  # one user's silent connections cannot lock others out
 LONG_WAIT_NS = (50_000, 10_000_000_000)  # accepted range of a client's threshold
 CONVOY_NS = (1_000, 10_000_000_000)
+ACCEPT_PAUSE_S = 0.5  # out of fds: leave new connections in the backlog this long
 _TICK_S = 0.1
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -32,6 +38,18 @@ class _Pending:
     conn: socket.socket
     uid: int
     deadline: float
+    accepted: float  # CLOCK_BOOTTIME s: the peer existed before this
+
+
+@dataclass
+class _Request:
+    """A hello being answered: the peer pinned, its plan being made by a worker."""
+
+    conn: socket.socket
+    pid: int
+    uid: int
+    pidfd: int
+    hello: Hello
 
 
 @dataclass
@@ -44,21 +62,65 @@ class _Client:
     since: float = field(default_factory=time.monotonic)
 
 
+class Refused(Exception):
+    """A registration the collector will not serve; ``code`` is the protocol error."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 def _peercred(conn: socket.socket) -> tuple[int, int]:
     """(pid, uid) of the peer as the kernel recorded them at connect()."""
     pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
     return pid, uid
 
 
-def _peer(conn: socket.socket) -> tuple[int, int, int]:
-    """(pid, uid, pidfd) of the peer, from the kernel: nothing the client says counts."""
+def _alive(pidfd: int) -> bool:
+    try:
+        signal.pidfd_send_signal(pidfd, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _check_identity(pid: int, uid: int, pidfd: int, connected_before: float) -> None:
+    """Refuse unless ``pidfd``'s process is alive and ``/proc/<pid>`` is that process: owned
+    by the peer's uid and started before the connection was accepted. Alive after the
+    reads, the pinned process held the pid throughout (a live pid is never reused)."""
+    gone = Refused(protocol.PROCESS_GONE, f"pid {pid} exited before its registration was served")
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            euid = next(int(line.split()[2]) for line in f if line.startswith("Uid:"))
+        with open(f"/proc/{pid}/stat") as f:
+            started = int(f.read().rsplit(")", 1)[1].split()[19]) / _CLK_TCK
+    except (OSError, StopIteration, ValueError, IndexError):
+        raise gone from None
+    if not _alive(pidfd):
+        raise gone
+    if euid != uid or started > connected_before + 1 / _CLK_TCK:
+        raise Refused(protocol.PROCESS_GONE, f"pid {pid} is no longer the process that connected (pid reused)")
+
+
+def _peer(conn: socket.socket, accepted: float) -> tuple[int, int, int]:
+    """(pid, uid, pidfd) of the peer, from the kernel: nothing the client says counts.
+    Without SO_PEERPIDFD (kernels < 6.5) the pid number is pinned by pidfd_open and checked."""
     pid, uid = _peercred(conn)
     try:
         pidfd = struct.unpack("i", conn.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD, 4))[0]
-    except OSError:
-        pidfd = os.pidfd_open(pid)  # older kernels: racy only if the pid was reused already
+    except OSError as exc:
+        if exc.errno not in (errno.ENOPROTOOPT, errno.EINVAL):
+            raise Refused(protocol.PROCESS_GONE, f"pid {pid} exited before its registration was served") from None
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            raise Refused(protocol.PROCESS_GONE, f"pid {pid} exited before its registration was served") from None
+    try:
+        _check_identity(pid, uid, pidfd, accepted)
+    except BaseException:
+        os.close(pidfd)
+        raise
     return pid, uid, pidfd
-
 
 def _bounded(value: object, lo: int, hi: int, default: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
@@ -87,17 +149,35 @@ def parse_hello(msg: dict) -> Hello:
 
 
 class Server:
-    """Single-threaded: every message is one datagram, so no client can stall the loop."""
+    """Single-threaded: every message is one datagram and every file of a client is read by a
+    worker (planner.py), so no client can stall the loop.
 
-    def __init__(self, path: str, tracer: Tracer, mode: int = 0o666, group: Optional[int] = None) -> None:
+    Limits: ``tracer.max_processes`` rings alive at once, ``max_per_uid`` per uid. A ring
+    stays alive while anyone holds it: a client that re-registers and keeps its old fd
+    counts twice, its processes' registrations in progress count too."""
+
+    def __init__(
+        self,
+        path: str,
+        tracer: Tracer,
+        mode: int = 0o666,
+        group: Optional[int] = None,
+        max_per_uid: int = 512,
+        plan_timeout_s: float = 10.0,
+    ) -> None:
         self.path = path
         self.tracer = tracer
+        self.max_per_uid = max_per_uid
         self._sel = selectors.DefaultSelector()
         self._pending: dict[int, _Pending] = {}
+        self._requests: dict[int, _Request] = {}  # by connection fd, while planned
         self._clients: dict[int, _Client] = {}  # by pid
+        self._rings: dict[int, set[int]] = {}  # uid -> ids of the BPF maps handed to it
         self._running = True
+        self._accept_paused_until = 0.0
         self._listener = self._listen(path, mode, group)
         self._sel.register(self._listener, selectors.EVENT_READ, self._accept)
+        self._planner = Planner(self._sel, self._planned, timeout_s=plan_timeout_s)
 
     @staticmethod
     def _listen(path: str, mode: int, group: Optional[int]) -> socket.socket:
@@ -133,7 +213,10 @@ class Server:
                 except Exception:  # one client's trouble never stops the others being served
                     log.exception("handling %s failed; dropping it", key.fileobj)
                     self._forget(key.fileobj)
-            self._tick()
+            try:
+                self._tick()
+            except Exception:
+                log.exception("housekeeping failed; serving on")
 
     def _forget(self, fileobj) -> None:
         fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
@@ -149,6 +232,9 @@ class Server:
             self._drop(pid, "collector stopping")
         for fd in list(self._pending):
             self._close_pending(fd)
+        for fd in list(self._requests):
+            self._planned(fd, probes.UnsupportedProcess(protocol.INTERNAL, "the collector is stopping"))
+        self._planner.close()
         self._sel.close()
         self._listener.close()
         try:
@@ -162,12 +248,21 @@ class Server:
             if now > pending.deadline:
                 log.warning("dropping a connection that sent no hello within %.0f s", HELLO_TIMEOUT_S)
                 self._close_pending(fd)
+        if self._accept_paused_until and now > self._accept_paused_until:
+            self._accept_paused_until = 0.0
+            self._sel.register(self._listener, selectors.EVENT_READ, self._accept)
+        self._planner.tick()
         self.tracer.finish_bootstrap()
 
     def _accept(self, listener: socket.socket) -> None:
         try:
             conn, _ = listener.accept()
-        except OSError:
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                # The connection stays in the backlog; polling for it now would spin.
+                log.warning("out of file descriptors (%s): not accepting for %.1f s", exc.strerror, ACCEPT_PAUSE_S)
+                self._sel.unregister(listener)
+                self._accept_paused_until = time.monotonic() + ACCEPT_PAUSE_S
             return
         uid = _peercred(conn)[1]
         if len(self._pending) >= MAX_PENDING or sum(p.uid == uid for p in self._pending.values()) >= MAX_PENDING_PER_UID:
@@ -175,7 +270,9 @@ class Server:
             conn.close()
             return
         conn.setblocking(False)
-        self._pending[conn.fileno()] = _Pending(conn, uid, time.monotonic() + HELLO_TIMEOUT_S)
+        self._pending[conn.fileno()] = _Pending(
+            conn, uid, time.monotonic() + HELLO_TIMEOUT_S, time.clock_gettime(time.CLOCK_BOOTTIME)
+        )
         self._sel.register(conn, selectors.EVENT_READ, self._hello)
 
     def _close_pending(self, fd: int) -> None:
@@ -205,50 +302,106 @@ class Server:
             self._close_pending(fd)
             return
         self._sel.unregister(conn)
-        del self._pending[fd]
+        pending = self._pending.pop(fd)
         try:
-            client = self._register(conn, msg)
+            hello = parse_hello(msg)
+            pid, uid, pidfd = _peer(conn, pending.accepted)
+        except Exception as exc:  # malformed, refused, or out of fds for the pidfd
+            self._reply_error(conn, getattr(exc, "code", protocol.INTERNAL), str(exc))
+            conn.close()
+            return
+        try:
+            self._admit(uid)
+        except Refused as exc:
+            log.warning("pid %d (uid %d) refused: %s", pid, uid, exc)
+            os.close(pidfd)
+            self._reply_error(conn, exc.code, str(exc))
+            conn.close()
+            return
+        self._requests[fd] = _Request(conn, pid, uid, pidfd, hello)
+        self._planner.submit(fd, uid, pid, hello.gil_enabled)
+
+    def _live_rings(self, uid: int) -> int:
+        """Rings handed to ``uid`` that still exist (a client may keep one after re-registering)."""
+        ids = self._rings.get(uid, set())
+        ids.difference_update([i for i in ids if not map_alive(i)])
+        if not ids:
+            self._rings.pop(uid, None)
+        return len(ids)
+
+    def _admit(self, uid: int) -> None:
+        """Refuse a registration over ``uid``'s quota or the collector's limit of live rings
+        (rings are checked alive only when a count reaches its limit)."""
+        requests = sum(r.uid == uid for r in self._requests.values())
+        mine = len(self._rings.get(uid, ())) + requests
+        if mine >= self.max_per_uid:
+            mine = self._live_rings(uid) + requests
+        if mine >= self.max_per_uid:
+            raise Refused(
+                protocol.TOO_MANY_PROCESSES,
+                f"uid {uid} holds {mine} GIL rings or registrations already (--max-processes-per-uid "
+                f"{self.max_per_uid}); a process that re-registers should close its old ring",
+            )
+        total = sum(map(len, self._rings.values())) + len(self._requests)
+        if total >= self.tracer.max_processes:
+            total = sum(self._live_rings(u) for u in list(self._rings)) + len(self._requests)
+        if total >= self.tracer.max_processes:
+            raise Refused(
+                protocol.TOO_MANY_PROCESSES,
+                f"collector traces {self.tracer.max_processes} processes already (--max-processes)",
+            )
+
+    def _planned(self, fd: int, outcome: Outcome) -> None:
+        """A worker's answer for the request on connection ``fd``: attach and reply, or refuse."""
+        request = self._requests.pop(fd, None)
+        if request is None:
+            return
+        try:
+            if isinstance(outcome, Exception):
+                raise outcome
+            client = self._register(request, outcome)
         except Exception as exc:  # a precise reply for the client, a line for the operator
             code = getattr(exc, "code", protocol.INTERNAL)
             if code == protocol.INTERNAL:
-                log.exception("registration failed")
-            self._reply_error(conn, code, str(exc))
-            conn.close()
+                log.error("registration of pid %d failed: %s", request.pid, exc, exc_info=not isinstance(exc, probes.UnsupportedProcess))
+            os.close(request.pidfd)
+            self._reply_error(request.conn, code, str(exc))
+            request.conn.close()
             return
         self._clients[client.pid] = client
         self._sel.register(client.pidfd, selectors.EVENT_READ, lambda _: self._drop(client.pid, "exited"))
-        self._sel.register(conn, selectors.EVENT_READ, lambda c: self._client_readable(client.pid, c))
+        self._sel.register(client.conn, selectors.EVENT_READ, lambda c: self._client_readable(client.pid, c))
 
-    def _register(self, conn: socket.socket, msg: dict) -> _Client:
-        hello = parse_hello(msg)
-        pid, uid, pidfd = _peer(conn)
+    def _register(self, request: _Request, plan: probes.ProbePlan) -> _Client:
+        pid, uid, conn = request.pid, request.uid, request.conn
+        if pid in self._clients:
+            self._drop(pid, "registered again")
+        if not _alive(request.pidfd):
+            raise Refused(protocol.PROCESS_GONE, f"pid {pid} exited during its registration")
         try:
-            if pid in self._clients:
-                self._drop(pid, "registered again")
-            if len(self.tracer.traced) >= self.tracer.max_processes:
-                raise probes.UnsupportedProcess(
-                    protocol.TOO_MANY_PROCESSES,
-                    f"collector traces {self.tracer.max_processes} processes already (--max-processes)",
-                )
-            plan = probes.plan(pid, gil_enabled=hello.gil_enabled)
-            try:
-                traced = self.tracer.add(pid, plan, hello.long_wait_ns, hello.convoy_ns)
-            except OSError as exc:
-                raise probes.UnsupportedProcess(protocol.ATTACH_FAILED, f"attaching probes failed: {exc}") from None
-            log.info("pid %d (uid %d) registered: %s (take_gil by %s)", pid, uid, plan.interpreter, plan.located_by)
-            try:
-                protocol.send(
-                    conn,
-                    {"ok": True, "size": traced.slots.size, "nslots": self.tracer.nslots, "interpreter": plan.interpreter},
-                    (traced.slots.fd,),
-                )
-            except OSError:
-                self.tracer.remove(pid)
-                raise probes.UnsupportedProcess(protocol.PROCESS_GONE, f"pid {pid} hung up during registration") from None
-        except BaseException:
-            os.close(pidfd)
+            traced = self.tracer.add(pid, plan, request.hello.long_wait_ns, request.hello.convoy_ns)
+        except OSError as exc:
+            raise Refused(protocol.ATTACH_FAILED, f"attaching probes failed: {exc}") from None
+        try:
+            ring_id = map_id(traced.slots.fd)
+        except OSError:
+            self.tracer.remove(pid)
             raise
-        return _Client(pid, uid, conn, pidfd, traced)
+        if not _alive(request.pidfd):  # alive now: the pid was the peer's while probes were attached
+            self.tracer.remove(pid)
+            raise Refused(protocol.PROCESS_GONE, f"pid {pid} exited during its registration")
+        log.info("pid %d (uid %d) registered: %s (take_gil by %s)", pid, uid, plan.interpreter, plan.located_by)
+        try:
+            protocol.send(
+                conn,
+                {"ok": True, "size": traced.slots.size, "nslots": self.tracer.nslots, "interpreter": plan.interpreter},
+                (traced.slots.fd,),
+            )
+        except OSError:
+            self.tracer.remove(pid)
+            raise Refused(protocol.PROCESS_GONE, f"pid {pid} hung up during registration") from None
+        self._rings.setdefault(uid, set()).add(ring_id)
+        return _Client(pid, uid, conn, request.pidfd, traced)
 
     def _client_readable(self, pid: int, conn: socket.socket) -> None:
         try:

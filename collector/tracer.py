@@ -89,7 +89,10 @@ class Tracer:
         traced = Traced(pid, plan, slots, view)
         try:
             self._procs[ctypes.c_uint(pid)] = ctypes.c_int(slots.fd)
-            for probe in plan.probes:
+            # The bootstrap probe last: a thread it marks in take_gil is then sure to meet the
+            # libc probes there. Marked before they exist, a thread could miss its switch_cond
+            # signal, keep the mark, and teach learn() its next release's cond: wrong for good.
+            for probe in sorted(plan.probes, key=lambda p: p.bootstrap):
                 name = self._attach(pid, probe)
                 traced.events.append(name)
                 if probe.bootstrap:

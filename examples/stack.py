@@ -68,11 +68,15 @@ def _http_ok(url: str) -> bool:
         return False
 
 
-def start_collector(socket_path: str, log: Path, timeout: float = 60) -> Service:
-    """The real collector (root), from this checkout, with the current interpreter."""
+def start_collector(
+    socket_path: str, log: Path, *options: str, timeout: float = 60, nofile: Optional[tuple[int, int]] = None
+) -> Service:
+    """The real collector (root), from this checkout, with the current interpreter;
+    ``options`` go to its command line, ``nofile`` sets its fd limits (soft, hard)."""
+    limit = ("prlimit", f"--nofile={nofile[0]}:{nofile[1]}") if nofile else ()
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "otel_gil_collector", "--socket", socket_path, "-v"],
+            [*limit, sys.executable, "-m", "otel_gil_collector", "--socket", socket_path, "-v", *options],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
         )
     return _wait(Service("collector", proc, log, socket_path), lambda: os.path.exists(socket_path), timeout)

@@ -186,11 +186,11 @@ static void on_thread_exit(void *value)
 	if (s == NULL || ring == NULL || s != me.slot || me.epoch != epoch || s->tid != (uint32_t)me.tid)
 		return; /* a slot from before a fork or an install: not this thread's any more */
 	uint64_t wait = s->wait_ns, hold = s->hold_ns, acquisitions = s->acquisitions, convoy = s->convoy_waits;
-	seq_bump(s);
+	/* One store frees the slot: no seq bump a thread claiming it next could interleave with. */
 	__atomic_store_n(owner_word(s), 0, __ATOMIC_RELEASE);
-	seq_bump(s);
 	me.slot = NULL;
 	struct gil_header *h = header();
+	__atomic_fetch_add(&h->exits_started, 1, __ATOMIC_ACQ_REL);
 	__atomic_fetch_add(&h->exited_wait_ns, wait, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&h->exited_hold_ns, hold, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&h->exited_acquisitions, acquisitions, __ATOMIC_RELAXED);
@@ -375,7 +375,7 @@ static void after_fork_child(void)
 	struct gil_header *h = header();
 	h->pid = (uint32_t)getpid();
 	h->last_release_tid = h->holder_tid = 0;
-	h->slot_overflows = h->exited_threads = 0;
+	h->slot_overflows = h->exited_threads = h->exits_started = 0;
 	h->exited_wait_ns = h->exited_hold_ns = h->exited_acquisitions = h->exited_convoy_waits = 0;
 	h->held_total_ns = h->holds_written = h->acquisitions_total = h->last_acquired_ns = h->drop_request = 0;
 	epoch++;

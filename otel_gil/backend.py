@@ -51,7 +51,7 @@ def start(kind: Optional[str], socket_path: Optional[str], long_wait_ns: int, ti
     """Start the backend ``kind`` (see :func:`requested`) and return it, figures flowing or status set."""
     kind = requested(kind)
     if kind != INPROCESS:
-        registration = Registration(socket_path, long_wait_ns, timeout_s)
+        registration = Registration(socket_path, long_wait_ns)
         registration.quiet = kind == AUTO
         registration.start()
         registration.wait(timeout_s)

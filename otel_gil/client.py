@@ -43,12 +43,9 @@ class Registration:
 
     kind = "collector"
 
-    def __init__(
-        self, socket_path: Optional[str] = None, long_wait_ns: int = 1_000_000, fork_wait_s: float = 2.0
-    ) -> None:
+    def __init__(self, socket_path: Optional[str] = None, long_wait_ns: int = 1_000_000) -> None:
         self.socket_path = socket_path or os.environ.get(OTEL_GIL_SOCKET) or DEFAULT_SOCKET
         self.long_wait_ns = long_wait_ns
-        self.fork_wait_s = fork_wait_s  # a forked child waits this long for its own registration
         self.quiet = False  # True while backend.start() only asks whether a collector answers
         self.ring: Optional[Ring] = None
         self.status = PENDING
@@ -65,7 +62,8 @@ class Registration:
             os.register_at_fork(after_in_child=self._after_fork)
 
     def start(self) -> None:
-        if self._thread is None:
+        """Start registering (once; not after stop())."""
+        if self._thread is None and not self._stop.is_set():
             self._thread = threading.Thread(target=self._run, name="otel-gil-registrar", daemon=True)
             self._thread.start()
 
@@ -84,12 +82,17 @@ class Registration:
         self._set(None, PENDING, "")
 
     def check_fork(self) -> None:
-        """A child of a fork made by C code (uWSGI's workers) ran no at-fork hook: do it now."""
+        """Span hooks call this: a child of a fork made by C code (uWSGI's workers) ran no
+        at-fork hook, it runs now; and a forked child starts registering, on its first span."""
         if os.getpid() != self._pid:
             self._after_fork()
+        if self._thread is None:
+            self.start()
 
     def _after_fork(self) -> None:
-        # The child has the parent's socket and ring but not its thread, and a new pid.
+        """The child has the parent's socket and ring but not its thread, and a new pid. It
+        pays nothing now: it registers when it makes its first span (spans say ``pending``
+        until then), so children that make none (multiprocessing, ForkingMixIn) never do."""
         self._pid = os.getpid()
         self._lock = threading.Lock()
         if self._sock is not None:
@@ -100,10 +103,6 @@ class Registration:
         self.generation += 1
         self._settled = threading.Event()
         self._thread = None
-        if not self._stop.is_set():
-            self.start()
-            # A pre-fork server's worker serves requests right away: let its first spans have figures.
-            self._settled.wait(self.fork_wait_s)
 
     def _set(self, ring: Optional[Ring], status: str, detail: str) -> None:
         with self._lock:

@@ -23,7 +23,7 @@ import collections
 import re
 import threading
 import time
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional, TypeVar
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
@@ -35,6 +35,9 @@ from otel_gil.client import REGISTERED
 _FIELDS = ("wait_ns", "hold_ns", "acquisitions", "convoy_waits")
 _EXITED = ("exited_wait_ns", "exited_hold_ns", "exited_acquisitions", "exited_convoy_waits")
 EXITED_THREADS = "(exited threads)"
+_HEADER_TRIES = 100
+_PATIENCE_S = 0.05
+T = TypeVar("T")
 OTHER_THREADS = "(other threads)"
 MAX_THREAD_NAMES = 100  # distinct thread.name values, besides the two buckets above
 # Names CPython numbers per thread: Thread-N, Thread-N (target), Dummy-N, ThreadPoolExecutor-N_N.
@@ -60,11 +63,11 @@ class Totals:
 
     Live threads are read from their slots. A thread that exits takes with it what it
     added since the last read; the header's exited totals have it (the BPF side frees
-    the slot first and counts the exit after, and the header is read before the slots,
-    so nothing is counted twice). It goes to that thread's name (a thread started and
-    gone between two reads is known from ``started``), or to ``(exited threads)`` when
-    the exits folded at once were of threads of several names, or unknown ones. The
-    sum over names always equals the process's true total.
+    the slot first and adds the exit after, the header is read before the slots, and
+    only as of no exit half-added: so nothing is counted twice). It goes to that thread's
+    name (a thread started and gone between two reads is known from ``started``), or to
+    ``(exited threads)`` when the exits folded at once were of threads of several names,
+    or unknown ones. The sum over names always equals the process's true total.
     """
 
     def __init__(self) -> None:
@@ -102,18 +105,23 @@ class Totals:
             name = threads.name(tid, live) or str(tid)
         return None if name is None else self._label(name)
 
-    def update(self, ring: ringlib.Ring, now_ns: int, started: Optional[dict[int, str]] = None) -> None:
-        """Read the ring; ``started``: threads started since the last update, by native id."""
+    def update(self, ring: ringlib.Ring, now_ns: int, started: Optional[dict[int, str]] = None) -> bool:
+        """Read the ring; ``started``: threads started since the last update, by native id.
+        False (nothing changed) if an exit was half-added or a slot stayed busy."""
         if ring is not self._ring:  # a new registration: new slots, new exited totals
             self._reset(ring)
+        exited_totals = _patiently(lambda: _exited(ring.header))
+        slots = None if exited_totals is None else _patiently(lambda: _slots(ring))
+        if slots is None:  # read again at the next collection, these starts with it
+            self._recent = {**self._recent, **(started or {})}
+            return False
+        exited, exits = exited_totals
         # A start logged just before the previous read may belong to a thread first seen now.
         started, self._recent = {**self._recent, **(started or {})}, started or {}
-        header = ring.header
-        exited, exits = [getattr(header, f) for f in _EXITED], header.exited_threads
         names = threads.live()
         live: dict[int, tuple[str, list[int]]] = {}
         unnamed: set[int] = set()
-        for slot in ring.threads():
+        for slot in slots:
             c = ringlib.counters(slot, now_ns)
             values = [c.wait_ns, c.hold_ns, c.acquisitions, c.convoy_waits]
             old = self._seen.pop(slot.tid, None)
@@ -139,6 +147,37 @@ class Totals:
             known = folded - len(gone) <= len(unseen) and len(labels) == 1
             self._add(labels.pop() if known else EXITED_THREADS, remainder)
         self._exited, self._exits = exited, exits
+        return True
+
+
+def _exited(header: ringlib.Header) -> Optional[tuple[list[int], int]]:
+    """The header's exited totals and count, as of no exit half-added: the BPF side bumps
+    ``exits_started``, adds the totals, then bumps ``exited_threads``; equal counts read
+    around the totals mean none was in between. None if every try met an exit in progress."""
+    for _ in range(_HEADER_TRIES):
+        exits = header.exited_threads
+        exited = [getattr(header, f) for f in _EXITED]
+        if header.exits_started == exits:
+            return exited, exits
+    return None
+
+
+def _slots(ring: ringlib.Ring) -> Optional[list[ringlib.Slot]]:
+    try:
+        return list(ring.threads())
+    except ringlib.BusySlot:
+        return None
+
+
+def _patiently(read: Callable[[], Optional[T]]) -> Optional[T]:
+    """``read()`` until it gives an answer, for at most ``_PATIENCE_S`` (a writer preempted
+    half-way through an update keeps it from answering meanwhile)."""
+    deadline = time.monotonic() + _PATIENCE_S
+    while True:
+        answer = read()
+        if answer is not None or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.001)
 
 
 class WaitRatios:

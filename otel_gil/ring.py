@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Iterator, NamedTuple, Optional
 
 MAGIC = 0x004C49474C45544F
-LAYOUT_VERSION = 4
+LAYOUT_VERSION = 5
 HIST_BUCKETS = 32
 RING_LEN = 16
 PROBE_LEN = 16
@@ -31,6 +31,7 @@ SLOT_UNCHECKED = 4
 WAIT_FORCED = 1
 HOLD_RECORD_NS = 100_000  # header.hold_record_ns, as both writers set it: holds this long are logged
 CLOCK_MONOTONIC = 1
+SNAPSHOT_TRIES = 10_000
 
 _u32 = ctypes.c_uint32
 _u64 = ctypes.c_uint64
@@ -119,6 +120,7 @@ class Header(ctypes.Structure):
         ("drop_request", _u64),
         ("holds_written", _u64),
         ("hold_record_ns", _u64),
+        ("exits_started", _u64),
     ]
 
 
@@ -152,6 +154,10 @@ def entries(nslots: int) -> int:
 
 class LayoutError(Exception):
     """The mapped region is not an otel-gil ring this reader understands."""
+
+
+class BusySlot(Exception):
+    """A slot could not be read consistently (see :meth:`Ring.snapshot`)."""
 
 
 class Counters(NamedTuple):
@@ -345,13 +351,18 @@ class Ring:
         return self._slots[index]
 
     def snapshot(self, index: int) -> Slot:
-        """A consistent copy of another thread's slot (seqlock: retried while being written)."""
+        """A consistent copy of another thread's slot (seqlock: retried while being written).
+
+        Raises BusySlot if every one of ``SNAPSHOT_TRIES`` reads met a write (a writer
+        holds a slot for ~100 ns): a reader never spins for ever on a broken slot.
+        """
         live = self._slots[index]
-        while True:
+        for _ in range(SNAPSHOT_TRIES):
             seq = live.seq
             copy = Slot.from_buffer_copy(live)
             if not seq & 1 and live.seq == seq:
                 return copy
+        raise BusySlot(f"slot {index} was being written during {SNAPSHOT_TRIES} reads (seq {live.seq})")
 
     def holds_since(self, since_ns: int) -> tuple[list[Hold], bool]:
         """Recorded holds that ended after ``since_ns``, oldest first, and whether the log

@@ -83,7 +83,7 @@ def _read(ring: ringlib.Ring, cache: list, now: int) -> ringlib.Counters:
 
 
 def snapshot(registration: Backend, metrics: Optional[GilMetrics] = None) -> _Start:
-    registration.check_fork()  # a fork by C code (uWSGI) runs no Python at-fork hook
+    registration.check_fork()  # a fork by C code (uWSGI) runs no Python at-fork hook; a child registers now
     ring, generation, status = registration.ring, registration.generation, registration.status
     cache = _thread_tid(generation)
     now, wall = time.monotonic_ns(), time.time_ns()

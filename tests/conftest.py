@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -30,7 +31,9 @@ def collector() -> stack.Service:
     os.chmod(workdir, 0o755)  # the unprivileged test connects as nobody
     sock = str(workdir / "otel-gil.sock")
     try:
-        service = stack.start_collector(sock, workdir / "collector.log")
+        # The usual soft fd limit (1024; the collector raises it to the hard one itself).
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        service = stack.start_collector(sock, workdir / "collector.log", nofile=(min(1024, hard), hard))
     except stack.StackError as exc:
         pytest.fail(str(exc))
     yield service

@@ -69,7 +69,8 @@ def test_coverage_guided_fuzzing(tmp_path, target, runs):
     (corpus / "hello").write_bytes(protocol.encode({"op": "hello", "long_wait_ns": 1000000, "gil_enabled": True}))
     (corpus / "elf").write_bytes(Path("/usr/bin/true").read_bytes())
     done = subprocess.run(
-        [sys.executable, str(FUZZ / target), f"-runs={runs}", "-max_len=40000", str(corpus)],
+        # -timeout: an input that takes over 2 s (a reader whose work is not linear) is a finding.
+        [sys.executable, str(FUZZ / target), f"-runs={runs}", "-max_len=40000", "-timeout=2", str(corpus)],
         capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -93,7 +94,7 @@ def test_garbage_over_the_socket(collector, nobody):
     valid = protocol.encode({"op": "hello"})
     baseline = collector_fds(collector)
     r, w = os.pipe()
-    sent = 0
+    codes = {protocol.BAD_REQUEST, protocol.UNSUPPORTED_VERSION}
     for i in range(500):
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
             sock.settimeout(10)
@@ -115,14 +116,21 @@ def test_garbage_over_the_socket(collector, nobody):
                 data = valid
             ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", r))] if i % 2 else []
             sock.sendmsg([data], ancillary)
-            sent += 1
-            try:
-                reply, fds = protocol.receive(sock, max_fds=1)
-                for fd in fds:
-                    os.close(fd)
-                assert "ok" in reply
-            except (ConnectionResetError, protocol.ProtocolError):
-                pass
+            if not data:  # an empty datagram reads as a hang-up: the collector hangs up too
+                with pytest.raises(ConnectionResetError):
+                    protocol.receive(sock, max_fds=1)
+                continue
+            reply, fds = protocol.receive(sock, max_fds=1)
+            for fd in fds:
+                os.close(fd)
+            if reply["ok"]:
+                assert len(fds) == 1 and not i % 2 and kind in (1, 3, 4), (i, reply)
+            else:
+                assert reply["error"] in codes and reply["message"] and not fds, (i, reply)
+            if i % 2 or kind in (0, 2):  # fds passed in, noise, truncation: never served
+                assert not reply["ok"], (i, reply)
+            elif kind == 4:
+                assert reply["ok"], (i, reply)
     os.close(r)
     os.close(w)
     silent = [socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) for _ in range(40)]
@@ -138,11 +146,12 @@ def test_garbage_over_the_socket(collector, nobody):
     finally:
         for s in silent:
             s.close()
+    start = time.monotonic()
     assert honest_registration(collector.address)["ok"]  # and root again, once its silent ones are gone
-    assert collector.proc.poll() is None
-    after = settled(collector, baseline)
+    assert time.monotonic() - start < 1.0
+    assert collector.proc.poll() is None, "the collector died"
+    after = settled(collector, baseline, timeout=120)
     assert not leaked(baseline, after), (baseline, after)
-    assert sent == 500
 
 
 CYCLE = r"""
@@ -168,36 +177,6 @@ def test_thousand_register_exit_cycles_leak_nothing(collector):
     # ~3,000 closes drains for a few minutes after the cycles end.
     after = settled(collector, baseline, timeout=600)
     assert not leaked(baseline, after), (baseline, after)
-
-
-FLEET = r"""
-import json, os, sys, threading, time
-from otel_gil.client import Registration
-reg = Registration(sys.argv[1]); reg.start(); reg.wait(120)
-r, w = os.pipe()
-for _ in range(100):
-    os.write(w, b"x"); os.read(r, 1)
-i = reg.ring.find(threading.get_native_id()) if reg.ring else -1
-print(json.dumps({"status": reg.status, "detail": reg.detail, "own_acquisitions": reg.ring.slot(i).acquisitions if i >= 0 else 0}), flush=True)
-sys.stdin.readline()
-"""
-
-
-def test_a_hundred_processes_register_at_once(collector):
-    """More than a listen backlog's worth at once (a fleet of workers starting): every one
-    waits its turn and registers; none is told there is no collector."""
-    baseline = collector_fds(collector)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    procs = [subprocess.Popen([sys.executable, "-c", FLEET, collector.address], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=env) for _ in range(100)]
-    try:
-        results = [json.loads(p.stdout.readline()) for p in procs]
-    finally:
-        for p in procs:
-            p.stdin.close()
-            p.wait()
-    assert [r for r in results if r["status"] != "ok" or r["own_acquisitions"] < 200] == []
-    assert not leaked(baseline, settled(collector, baseline, timeout=120))
 
 
 def test_thread_churn_keeps_every_span_right(collector, backend):

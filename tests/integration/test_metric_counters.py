@@ -21,13 +21,21 @@ def test_counters_match_the_bursts(report):
     assert alive["gil.wait.time"]["gil-hog"] < 0.05 * bursts_s
 
 
+# What the threads' wake-up and exit may add (a switch interval of waiting each, a few
+# acquisitions); the workload's threads each hold or wait ~0.5 s and acquire 10+ times.
+ADDED_AT_EXIT = {"gil.wait.time": 0.012, "gil.hold.time": 0.005, "gil.acquisitions": 8, "gil.convoy_waits": 2}
+
+
 def test_counters_stay_monotonic_when_threads_exit(report):
     alive, exited = report["truth"]["metrics_alive"], report["truth"]["metrics_exited"]
     for instrument, by_name in alive.items():
         for name, value in by_name.items():
             assert exited[instrument][name] >= value, (instrument, name)
-        # nothing counted twice: what the exits added is small next to the workload
-        assert sum(exited[instrument].values()) - sum(by_name.values()) <= max(0.05 * sum(by_name.values()), 5)
+        # Nothing counted twice: between the two reads the threads only woke and exited
+        # (measured: ~1 ms of hold, 3 acquisitions); one thread counted twice adds ~0.5 s.
+        added = sum(exited[instrument].values()) - sum(by_name.values())
+        assert 0 <= added <= ADDED_AT_EXIT[instrument], (instrument, added)
+
 
 
 def test_a_thread_started_and_gone_between_two_reads_keeps_its_name(report):

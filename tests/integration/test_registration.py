@@ -1,5 +1,6 @@
 """The registration socket against hostile and broken clients (real collector)."""
 
+import json
 import os
 import socket
 import struct
@@ -104,3 +105,56 @@ def test_exit_detaches_probes_and_frees_fds(collector):
         time.sleep(0.1)
     assert all(map(detached, pids)), collector.log_text()
     assert _fds(collector.proc.pid) <= baseline
+
+
+FORKED = r"""
+import json, os, sys, time
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from otel_gil import GilInstrumentor
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+GilInstrumentor().instrument(tracer_provider=provider, socket_path=sys.argv[1], backend="collector")
+tracer = provider.get_tracer("forked")
+out = os.pipe()
+for spans in (False, True):
+    before = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        report = {"pid": os.getpid(), "fork_s": time.monotonic() - before,
+                  "started": GilInstrumentor._backend._thread is not None, "statuses": []}
+        deadline = time.monotonic() + (10 if spans else 0)
+        while time.monotonic() < deadline:
+            with tracer.start_as_current_span("child"):
+                os.sched_yield()
+            status = exporter.get_finished_spans()[-1].attributes.get("gil.status", "ok")
+            report["statuses"].append(status)
+            if status == "ok":
+                break
+            time.sleep(0.005)
+        time.sleep(0.5)
+        os.write(out[1], (json.dumps(report) + "\n").encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+os.close(out[1])
+print(os.read(out[0], 65536).decode(), end="")
+"""
+
+
+def test_a_forked_child_pays_nothing_until_its_first_span(collector):
+    """os.fork() returns at once in the child (no registration then, so multiprocessing and
+    ForkingMixIn children that make no span never register); its first spans say
+    ``pending`` while it registers in the background, then figures follow."""
+    done = subprocess.run([sys.executable, "-c", FORKED, collector.address], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    quiet, busy = (json.loads(line) for line in done.stdout.splitlines())
+    for child in (quiet, busy):
+        assert child["fork_s"] < 0.05 and not child["started"], child
+    assert quiet["statuses"] == [] and f"pid {quiet['pid']} " not in collector.log_text()
+    assert busy["statuses"][0] == "pending" and busy["statuses"][-1] == "ok", busy["statuses"]
+    assert set(busy["statuses"][:-1]) == {"pending"}
+    assert f"pid {busy['pid']} (uid 0) registered" in collector.log_text()

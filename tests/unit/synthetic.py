@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+from typing import Iterator
 
 from otel_gil import ring
 
@@ -52,6 +53,29 @@ def record_hold(s: ring.Slot, start: int, end: int, long_hold_ns: int = 1_000_00
         lh = s.hold_ring[s.long_holds % ring.RING_LEN]
         lh.start_ns, lh.end_ns = start, end
         s.long_holds += 1
+
+
+def exit_steps(r: ring.Ring, s: ring.Slot) -> Iterator[None]:
+    """What the BPF side does when a thread exits, in its order, pausing after each store
+    (as a reader on another CPU may see it): free the slot, then add the thread's figures
+    to the header between exits_started and exited_threads."""
+    h = r.header
+    figures = (s.wait_ns, s.hold_ns, s.acquisitions, s.convoy_waits)
+    s.tid, s.flags = 0, 0  # one 8-byte store in BPF
+    yield
+    h.exits_started += 1
+    yield
+    for name, value in zip(("exited_wait_ns", "exited_hold_ns", "exited_acquisitions", "exited_convoy_waits"), figures):
+        setattr(h, name, getattr(h, name) + value)
+        yield
+    h.exited_threads += 1
+    yield
+
+
+def exit_thread(r: ring.Ring, s: ring.Slot) -> None:
+    """A whole exit, as a reader sees it once the exiting thread is done."""
+    for _ in exit_steps(r, s):
+        pass
 
 
 def log_hold(r: ring.Ring, tid: int, start: int, end: int) -> None:

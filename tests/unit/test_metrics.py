@@ -1,12 +1,13 @@
 """Per-thread-name totals on a synthetic ring: monotonic through exits and tid reuse."""
 
+import threading
 from dataclasses import dataclass
 from unittest import mock
 
 import pytest
 
 from otel_gil import metrics
-from synthetic import make_ring, slot_for
+from synthetic import exit_steps, exit_thread, make_ring, slot_for
 
 
 @dataclass
@@ -14,18 +15,6 @@ class FakeThread:
     """What metrics read of a live ``threading.Thread``."""
 
     name: str
-
-
-def exit_thread(ring, slot):
-    """What the BPF side does when a thread exits: free the slot, then fold its figures."""
-    h = ring.header
-    wait, hold, acq, convoy = slot.wait_ns, slot.hold_ns, slot.acquisitions, slot.convoy_waits
-    slot.tid = 0
-    h.exited_wait_ns += wait
-    h.exited_hold_ns += hold
-    h.exited_acquisitions += acq
-    h.exited_convoy_waits += convoy
-    h.exited_threads += 1
 
 
 def test_exit_remainder_goes_to_the_thread_that_left():
@@ -130,3 +119,40 @@ def test_names_past_the_limit_go_to_other_threads():
     assert len(totals.by_name) == metrics.MAX_THREAD_NAMES + 1
     assert totals.by_name[metrics.OTHER_THREADS] == [0, 100, 0, 0]
     assert sum(v[1] for v in totals.by_name.values()) == 10 * (metrics.MAX_THREAD_NAMES + 10)
+
+
+def test_a_read_in_the_middle_of_an_exit_counts_nothing_twice():
+    """A collection at every step of an exit (figures added, count not yet, ...): the
+    total never exceeds the truth, never goes down, and ends exactly at it."""
+    ring, totals = make_ring(), metrics.Totals()
+    stay = slot_for(ring, 5)
+    stay.wait_ns = 2_000_000
+    leave = slot_for(ring, 6)
+    leave.wait_ns, leave.acquisitions = 1_000_000, 3
+    totals.update(ring, 0, started={5: "stay", 6: "leave"})
+    leave.wait_ns, leave.acquisitions = 1_500_000, 4  # after the read, before the exit
+    seen = []
+    for _ in exit_steps(ring, leave):
+        totals.update(ring, 0)
+        seen.append(sum(v[0] for v in totals.by_name.values()))
+    assert all(total <= 3_500_000 for total in seen), seen
+    assert seen == sorted(seen), seen
+    assert seen[-1] == 3_500_000
+    assert sum(v[2] for v in totals.by_name.values()) == 4
+    assert totals.by_name["leave"] == [1_500_000, 0, 4, 0]  # the exit went to the thread that left
+
+
+def test_a_slot_stuck_mid_write_skips_the_read_instead_of_spinning():
+    ring, totals = make_ring(), metrics.Totals()
+    s = slot_for(ring, 5)
+    s.wait_ns = 1000
+    assert totals.update(ring, 0, started={5: "w"})
+    s.seq, s.wait_ns = 1, 2000  # odd for ever: a writer that never finished
+    done = []
+    reader = threading.Thread(target=lambda: done.append(totals.update(ring, 0)), daemon=True)
+    reader.start()
+    reader.join(5)
+    assert done == [False], "the reader spun on a slot that stays mid-write"
+    assert totals.by_name == {"w": [1000, 0, 0, 0]}  # figures kept, not torn
+    s.seq = 2
+    assert totals.update(ring, 0) and totals.by_name == {"w": [2000, 0, 0, 0]}

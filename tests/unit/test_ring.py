@@ -83,6 +83,14 @@ def test_snapshot_and_threads_skip_free_slots():
     assert sorted((s.tid, s.hold_ns) for s in r.threads()) == [(10, 5), (11, 6)]
 
 
+def test_snapshot_of_a_slot_stuck_mid_write_gives_up():
+    r = make_ring()
+    s = slot_for(r, 10)
+    s.seq = 7  # a lost increment left it odd
+    with pytest.raises(ring.BusySlot):
+        r.snapshot(10 % r.nslots)
+
+
 def test_bad_magic_or_layout_is_refused():
     data = bytearray(ring.SLOT_SIZE * 4)
     with pytest.raises(ring.LayoutError, match="magic"):

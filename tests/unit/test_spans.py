@@ -290,7 +290,9 @@ def test_server_spans_feed_the_wait_ratio_histogram(fast):
             time.sleep(0.01)
         with tracer.start_as_current_span("internal"):
             pass
-    ratio = next(x for x in exporter.get_finished_spans() if x.name == "GET /io").attributes["gil.wait_ratio"]
+    server = next(x for x in exporter.get_finished_spans() if x.name == "GET /io")
+    ratio = server.attributes["gil.wait_ratio"]
+    assert ratio == pytest.approx(8e6 / (server.end_time - server.start_time), rel=0.01)
     points = {
         m.name: m.data.data_points
         for rm in reader.get_metrics_data().resource_metrics

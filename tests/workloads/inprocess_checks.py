@@ -82,7 +82,7 @@ def _hog_and_victim(bursts: int, burst_ms: int, read_both) -> dict:
 def dual(socket_path: str) -> dict:
     """Both writers on one process at once, each into its own ring: the collector's probes
     and the in-process hooks see the same hand-offs."""
-    registration = Registration(socket_path, fork_wait_s=0)
+    registration = Registration(socket_path)
     registration.start()
     registration.wait(30)
     assert registration.status == "ok", registration.detail

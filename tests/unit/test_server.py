@@ -1,0 +1,46 @@
+"""The collector's socket loop out of file descriptors (no BPF needed: no client gets that far)."""
+
+import os
+import subprocess
+import sys
+
+from helpers import ROOT
+
+OUT_OF_FDS = r"""
+import os, resource, socket, sys, tempfile, threading, time, types
+from otel_gil_collector.server import Server
+from otel_gil import protocol
+
+path = os.path.join(tempfile.mkdtemp(), "gil.sock")
+server = Server(path, types.SimpleNamespace(finish_bootstrap=lambda: None, max_processes=8))
+client = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+client.settimeout(10)
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+filler = []
+try:
+    while True:
+        filler.append(os.dup(0))
+except OSError:
+    pass
+client.connect(path)  # queued in the backlog: accept() fails with EMFILE
+threading.Thread(target=server.serve, daemon=True).start()
+cpu0 = time.process_time()
+time.sleep(2)
+busy = time.process_time() - cpu0
+for fd in filler:
+    os.close(fd)
+client.send(b"garbage")  # once fds are free again, the connection is served
+reply, _ = protocol.receive(client)
+server.stop()
+print(busy, reply["error"])
+"""
+
+
+def test_out_of_fds_the_loop_waits_instead_of_spinning():
+    done = subprocess.run([sys.executable, "-c", OUT_OF_FDS], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    busy, error = done.stdout.split()
+    assert float(busy) < 0.3, f"the loop used {float(busy):.2f} s of CPU in 2 s while out of fds"
+    assert error == "bad_request"
+    assert "out of file descriptors" in done.stderr
