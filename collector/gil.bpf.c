@@ -41,6 +41,8 @@ static __always_inline void seq_bump(struct gil_slot *s)
 #define GIL_SEQ_BUMP(s) seq_bump(s)
 #define GIL_HOLD_PAGE(slots, i) hold_page(slots, i)
 #define GIL_LOG2(x) (bpf_log2l(x) - 1) /* bcc's bpf_log2l is floor(log2) + 1 */
+#define GIL_ATOMIC_ADD(p, v) __sync_fetch_and_add((p), (v))
+#define GIL_FREE_SLOT(s) ({ asm volatile("" ::: "memory"); *(volatile u64 *)&(s)->tid = 0; asm volatile("" ::: "memory"); })
 #ifdef GIL_TSO
 #define GIL_PUBLISH(p, v) ({ asm volatile("" ::: "memory"); *(volatile u64 *)(p) = (v); })
 #else
@@ -209,20 +211,6 @@ RAW_TRACEPOINT_PROBE(sched_process_exit)
 	struct gil_slot *s = slot_find(slots, tid);
 	if (!s)
 		return 0;
-	u64 wait = s->wait_ns, hold = s->hold_ns, acquisitions = s->acquisitions, convoy = s->convoy_waits;
-	/* Free the slot (tid and flags, one store: no seq bump that a thread claiming the
-	 * slot next could interleave with) before the header shows the totals: a reader
-	 * that reads the header first, then the slots, never counts this thread twice. */
-	asm volatile("" ::: "memory");
-	*(volatile u64 *)&s->tid = 0;
-	asm volatile("" ::: "memory");
-	/* The totals are added between exits_started and exited_threads: a reader that
-	 * finds the two equal read no exit half-added (otel_gil/metrics.py). */
-	__sync_fetch_and_add(&h->exits_started, 1);
-	__sync_fetch_and_add(&h->exited_wait_ns, wait);
-	__sync_fetch_and_add(&h->exited_hold_ns, hold);
-	__sync_fetch_and_add(&h->exited_acquisitions, acquisitions);
-	__sync_fetch_and_add(&h->exited_convoy_waits, convoy);
-	__sync_fetch_and_add(&h->exited_threads, 1);
+	gil_on_exit(h, s);
 	return 0;
 }

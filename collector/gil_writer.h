@@ -11,8 +11,8 @@
  * under gil->mutex, so events are serialized across threads: the header's
  * process-wide fields need no atomic read-modify-write. A slot is written only
  * by its own thread, each event's writes between two GIL_SEQ_BUMPs (odd while
- * writing). A thread's exit (the includer's) frees its slot, then adds its
- * figures to h->exited_*.
+ * writing). EXIT (the includer's hook on a thread's exit) frees the slot, then
+ * adds its figures to h->exited_*.
  *
  * Forced switches: a holder asked to drop the GIL (the eval loop) releases it and
  * calls take_gil at once; until the taker has it, it may block in drop_gil on
@@ -34,6 +34,8 @@
  *   GIL_HOLD_PAGE(slots, i)    a pointer to hold-log page i (struct gil_hold_page *), or NULL
  *   GIL_PUBLISH(p, v)          a release store of v to the __u64 at p
  *   GIL_LOG2(x)                floor(log2(x)) of a __u64 x > 0
+ *   GIL_ATOMIC_ADD(p, v)       an atomic add of v to the __u64 at p (threads exit concurrently)
+ *   GIL_FREE_SLOT(s)           one store of 0 to s's tid and flags (the 8-byte word they share)
  */
 #ifndef OTEL_GIL_WRITER_H
 #define OTEL_GIL_WRITER_H
@@ -179,6 +181,23 @@ GIL_INLINE void gil_on_wait(struct gil_header *h, struct gil_slot *s, __u64 now)
 	}
 	s->wait_acq_mark = acquisitions;
 	GIL_SEQ_BUMP(s);
+}
+
+/* EXIT: free the slot (one store: no seq bump that a thread claiming it next
+ * could interleave with), then add its totals between exits_started and
+ * exited_threads: a reader that finds the two equal read no exit half-added
+ * (otel_gil/metrics.py), and one that reads the header before the slots never
+ * counts this thread twice. */
+GIL_INLINE void gil_on_exit(struct gil_header *h, struct gil_slot *s)
+{
+	__u64 wait = s->wait_ns, hold = s->hold_ns, acquisitions = s->acquisitions, convoy = s->convoy_waits;
+	GIL_FREE_SLOT(s);
+	GIL_ATOMIC_ADD(&h->exits_started, 1);
+	GIL_ATOMIC_ADD(&h->exited_wait_ns, wait);
+	GIL_ATOMIC_ADD(&h->exited_hold_ns, hold);
+	GIL_ATOMIC_ADD(&h->exited_acquisitions, acquisitions);
+	GIL_ATOMIC_ADD(&h->exited_convoy_waits, convoy);
+	GIL_ATOMIC_ADD(&h->exited_threads, 1);
 }
 
 #endif

@@ -118,16 +118,19 @@ static inline struct gil_hold_page *hold_page(void *slots, unsigned page)
 	return (struct gil_hold_page *)(ring + (size_t)(1 + nslots + page) * sizeof(struct gil_slot));
 }
 
+/* tid and flags share one 8-byte word: the slot is free while both are 0. */
+static inline uint64_t *owner_word(struct gil_slot *s) { return (uint64_t *)&s->tid; }
+
 /* The event logic both writers share, on this side's primitives. */
 #define GIL_INLINE static inline __attribute__((always_inline))
 #define GIL_SEQ_BUMP(s) seq_bump(s)
 #define GIL_HOLD_PAGE(slots, i) hold_page(slots, i)
 #define GIL_LOG2(x) (63 - __builtin_clzll(x))
 #define GIL_PUBLISH(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define GIL_ATOMIC_ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_SEQ_CST)
+#define GIL_FREE_SLOT(s) __atomic_store_n(owner_word(s), 0, __ATOMIC_RELEASE)
 #include "gil_writer.h"
 
-/* tid and flags share one 8-byte word: the slot is free while both are 0. */
-static inline uint64_t *owner_word(struct gil_slot *s) { return (uint64_t *)&s->tid; }
 
 /* The calling thread's slot, claiming and zeroing a free one on its first
  * event (open addressing from tid, as the BPF side and Ring.find do). */
@@ -185,17 +188,8 @@ static void on_thread_exit(void *value)
 	struct gil_slot *s = value;
 	if (s == NULL || ring == NULL || s != me.slot || me.epoch != epoch || s->tid != (uint32_t)me.tid)
 		return; /* a slot from before a fork or an install: not this thread's any more */
-	uint64_t wait = s->wait_ns, hold = s->hold_ns, acquisitions = s->acquisitions, convoy = s->convoy_waits;
-	/* One store frees the slot: no seq bump a thread claiming it next could interleave with. */
-	__atomic_store_n(owner_word(s), 0, __ATOMIC_RELEASE);
 	me.slot = NULL;
-	struct gil_header *h = header();
-	__atomic_fetch_add(&h->exits_started, 1, __ATOMIC_ACQ_REL);
-	__atomic_fetch_add(&h->exited_wait_ns, wait, __ATOMIC_RELAXED);
-	__atomic_fetch_add(&h->exited_hold_ns, hold, __ATOMIC_RELAXED);
-	__atomic_fetch_add(&h->exited_acquisitions, acquisitions, __ATOMIC_RELAXED);
-	__atomic_fetch_add(&h->exited_convoy_waits, convoy, __ATOMIC_RELAXED);
-	__atomic_fetch_add(&h->exited_threads, 1, __ATOMIC_RELEASE);
+	gil_on_exit(header(), s);
 }
 
 /* ------------------------------------------------------------ wrappers */
