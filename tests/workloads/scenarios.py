@@ -60,6 +60,14 @@ def read_metrics() -> dict:
     return out
 
 
+def _wait_gone(threads: list, timeout_s: float = 5.0) -> None:
+    """Until the kernel has let these threads go: join() returns when Python is done with a
+    thread, which can be before its kernel exit (where the collector folds its figures)."""
+    deadline = time.monotonic() + timeout_s
+    while any(os.path.exists(f"/proc/self/task/{t.native_id}") for t in threads) and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
 def hog_and_victim(tracer, args) -> dict:
     """A hog wakes a victim blocked in os.read, then holds the GIL for a burst.
 
@@ -104,6 +112,7 @@ def hog_and_victim(tracer, args) -> dict:
     release.set()
     for t in threads:
         t.join()
+    _wait_gone(threads)
     truth["metrics_exited"] = read_metrics()
 
     def flusher() -> None:  # lives and exits between two reads
@@ -114,6 +123,7 @@ def hog_and_victim(tracer, args) -> dict:
     flush = threading.Thread(target=flusher, name="flusher")
     flush.start()
     flush.join()
+    _wait_gone([flush])
     truth["metrics_flushed"] = read_metrics()
     return truth
 
