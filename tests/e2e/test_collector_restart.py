@@ -32,12 +32,18 @@ def test_kill_9_under_load_fails_no_request(jaeger, tmp_path):
         served = int(re.search(r"(\d+) requests in", out).group(1))
         assert served > 50, out
         assert "Non-2xx" not in out and "Socket errors" not in out, out
-        time.sleep(3)  # the workers re-register (backoff from 0.5 s)
-        since_us = time.time_ns() // 1000
-        drive(url, "/io", 40, concurrency=2)
-        spans = stack.wait_for_spans(service, "GET /io", 40, since_us=since_us)
-        assert len(spans) >= 40 and all("gil.wait_ms" in s["tags"] for s in spans), \
-            [s["tags"].get("gil.status") for s in spans]
+        # Figures resume: the workers re-register with backoff (0.5 s doubling, after the new
+        # collector's few seconds of compiling), so batches are sent until one has figures throughout.
+        deadline, statuses = time.monotonic() + 60, None
+        while time.monotonic() < deadline:
+            since_us = time.time_ns() // 1000
+            drive(url, "/io", 20, concurrency=2)
+            spans = stack.wait_for_spans(service, "GET /io", 20, since_us=since_us)
+            statuses = [s["tags"].get("gil.status", "ok") for s in spans]
+            if len(spans) >= 20 and set(statuses) == {"ok"}:
+                break
+            assert set(statuses) <= {"ok", "no_collector", "pending", "collector_changed"}, statuses
+        assert statuses and set(statuses) == {"ok"}, statuses
         assert "registered" in second.log_text()
     finally:
         app.stop()

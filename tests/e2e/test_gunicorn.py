@@ -32,7 +32,8 @@ def test_every_worker_reports_figures(app, collector, backend, framework, server
     for span in spans:
         tags = span["tags"]
         if "gil.status" in tags:  # a worker forked from an instrumented master registers on its first span
-            assert backend == "collector" and tags["gil.status"] == "pending", tags
+            # (spans before say pending; one in flight meanwhile, collector_changed)
+            assert backend == "collector" and tags["gil.status"] in ("pending", "collector_changed"), tags
             pending += 1
             continue
         assert "gil.wait_ms" in tags, tags

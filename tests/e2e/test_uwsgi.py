@@ -25,7 +25,9 @@ def test_every_uwsgi_worker_has_its_own_figures(app, collector, backend, lazy):
     assert len(workers) == 2, workers
     spans = server_spans(f"{service}-{backend}", "GET /io", 80)
     measured = [s for s in spans if "gil.status" not in s["tags"]]
-    assert {s["tags"]["gil.status"] for s in spans if s not in measured} <= {"pending"}
+    # A worker registers on its first span: spans before say pending, one in flight then
+    # collector_changed (its start and end read different rings).
+    assert {s["tags"]["gil.status"] for s in spans if s not in measured} <= {"pending", "collector_changed"}
     assert len(measured) >= 0.8 * len(spans), [s["tags"].get("gil.status") for s in spans]
     owners = set()
     for span in measured:
