@@ -245,6 +245,7 @@ class GilMetrics:
         ):
             meter.create_observable_counter(name, [self._callback(i, scale[i])], unit=unit, description=description)
         self.ratios = WaitRatios(fast)
+        self._rows: list[tuple[str, list[int], int, float]] = []  # this collection's, from _observe_buckets
         meter.create_observable_counter(
             "gil.wait_ratio.bucket", [self._observe_buckets], unit="{span}",
             description="Server spans whose share of duration spent waiting for the GIL is at most le",
@@ -279,11 +280,11 @@ class GilMetrics:
                 yield Observation(value, {"http.route": route, "le": le})
 
     def _observe_count(self, options: CallbackOptions) -> Iterable[Observation]:
-        for route, _, count, _ in getattr(self, "_rows", ()):
+        for route, _, count, _ in self._rows:
             yield Observation(count, {"http.route": route})
 
     def _observe_sum(self, options: CallbackOptions) -> Iterable[Observation]:
-        for route, _, _, total in getattr(self, "_rows", ()):
+        for route, _, _, total in self._rows:
             yield Observation(total, {"http.route": route})
 
     def record_span(self, wait_ratio: float, route: str) -> None:
