@@ -9,17 +9,18 @@ of ``tracer.start_span(...).end()`` on its own TracerProvider whose processors e
 in a SimpleSpanProcessor to an exporter that drops spans:
   otel               the SDK alone (no wrapper on Span.end)
   otel+empty-processor  one more span processor whose hooks do nothing (in C):
-                     what the SDK's calls to any processor cost, otel-gil's floor
-  otel+otel-gil      otel-gil's processor and Span.end wrapper in C
-                     (otel_gil/_fastspan.c), the in-process backend writing the
+                     what the SDK's calls to any span processor cost (otel-gil's
+                     C hooks are not one: they take Span.start's and Span.end's place)
+  otel+otel-gil      otel-gil's C hooks (otel_gil/_fastspan.c) on the provider, as
+                     the instrumentor puts them, the in-process backend writing the
                      slots (which writer fills them makes no difference here):
-                     it reads the thread's slot at start and end and sets the
+                     they read the thread's slot at start and end and set the
                      gil.* attributes
   otel+otel-gil[py]  the same with the Python hooks (what OTEL_GIL_NO_EXTENSIONS=1 selects)
   server             a server span (kind SERVER, http.route), the SDK alone
   server+otel-gil    the same with otel-gil's C hooks and metrics: the figures, and
                      the span's wait ratio counted into the gil.wait_ratio histogram
-The wrapper on Span.end is put on and taken off between blocks, as a mode needs.
+The hooks on Span.start and Span.end are put on and taken off between blocks, as a mode needs.
 Each round is a fresh process; a round's figure per mode is its median block,
 the cost is the median over rounds of (mode - otel). Writes the section "span
 cost" of bench/RESULTS.md and the raw runs to bench/out/spancost.json.
@@ -48,7 +49,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.trace import SpanKind
 from otel_gil.inprocess import InProcess
 from otel_gil.metrics import GilMetrics
-from otel_gil.spans import GilSpanProcessor, unwrap_span_end, wrap_span_end
+from otel_gil.spans import GilSpanProcessor, hook_provider, unwrap_span, wrap_span
 
 class Drop(SpanExporter):
     last = None
@@ -69,7 +70,8 @@ for mode, fast in (("otel", None), ("otel+empty-processor", None), ("otel+otel-g
     if fast is not None:
         hook = GilSpanProcessor(registration, metrics if mode.startswith("server") else None, fast=fast)
         assert hook._hooks is not None or not fast, "otel_gil._fastspan is not built: pip install -e ."
-        provider.add_span_processor(hook)
+        hook_provider(provider, hook)  # as the instrumentor does; the blocks put the Span hooks on and off
+        unwrap_span()
     if mode == "otel+empty-processor":  # its three hooks are C no-ops: what the SDK's calls alone cost
         empty = GilSpanProcessor(registration)
         empty.on_start = empty.on_end = empty._on_ending = empty._hooks.ignore
@@ -82,14 +84,14 @@ SERVER = {"kind": SpanKind.SERVER, "attributes": {"http.route": "/io"}}
 def block(mode):
     tracer, hook = modes[mode]
     if hook is not None:
-        wrap_span_end(hook)
+        wrap_span(hook)
     kwargs = SERVER if mode.startswith("server") else {}
     t0 = time.perf_counter_ns()
     for _ in range(n):
         tracer.start_span("op", **kwargs).end()
     took = (time.perf_counter_ns() - t0) / n
     if hook is not None:
-        unwrap_span_end()
+        unwrap_span()
         assert "gil.hold_ms" in Drop.last.attributes, Drop.last.attributes
     return took
 
@@ -144,10 +146,10 @@ def main() -> int:
         f"{'met' if c <= 2000 else 'not met'}), {added['otel+otel-gil[py]'] / 1000:.2f} µs with the Python hooks: "
         f"{100 * c / med['otel']:.0f} % and {100 * added['otel+otel-gil[py]'] / med['otel']:.0f} % of the SDK's own "
         "span (ratios move less than the µs do as this machine's speed drifts). "
-        f"Of it, {floor / 1000:.2f} µs is the SDK calling one more processor's on_start, _on_ending and on_end at all "
-        f"(`otel+empty-processor`, the floor of any span processor); above that floor otel-gil costs "
-        f"**{(c - floor) / 1000:.2f} µs**: the replacement of `Span.end`, two reads of the thread's slot and eight "
-        "attributes set.",
+        f"For scale: the SDK calling one more span processor's on_start, _on_ending and on_end, which do nothing, costs "
+        f"{floor / 1000:.2f} µs (`otel+empty-processor`). otel-gil's C hooks are no span processor: they replace "
+        "`Span.start` (a snapshot of the thread's slot, for spans of the instrumented provider) and `Span.end` "
+        "(a second read and eight attributes set).",
         "",
         f"A server span's whole cost, the `gil.wait_ratio` histogram included: **{added['server+otel-gil'] / 1000:.2f} µs**, "
         f"{100 * added['server+otel-gil'] / med['server']:.1f} % of the SDK's own server span (target ≤ 8 %: "

@@ -51,7 +51,7 @@ static __thread struct {
 /* Interned attribute names and attribute keys, made when the module loads. */
 static PyObject *s_ring, *s_generation, *s_status, *s_address, *s_nslots, *s_long_wait_ns, *s_start_attr,
 	*s_start_time, *s_end_time, *s_attributes, *s_dict, *s_immutable, *s_max_value_len, *s_maxlen,
-	*s_active, *s_name, *s_public_name, *s_kind, *s_set_attributes, *s_end_time_kw;
+	*s_active, *s_name, *s_public_name, *s_kind, *s_set_attributes, *s_end_time_kw, *s_span_processor, *s_thread_key;
 static PyObject *k_thread_name, *k_thread_id, *k_wait_ms, *k_hold_ms, *k_wait_ratio, *k_hold_ratio,
 	*k_acquisitions, *k_convoy_waits, *k_http_route;
 
@@ -442,14 +442,9 @@ static void thread_for(PyObject *registration, long generation)
 	}
 }
 
-static PyObject *Hooks_on_start(Hooks *self, PyObject *const *argv, Py_ssize_t nargsf, PyObject *kwnames)
+/* The thread's counters onto the span as its start snapshot (None, or NULL on an error). */
+static PyObject *snapshot_onto(Hooks *self, PyObject *span)
 {
-	Py_ssize_t n = PyVectorcall_NARGS(nargsf) + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
-	if (PyVectorcall_NARGS(nargsf) < 1 || n > 2) {
-		PyErr_SetString(PyExc_TypeError, "on_start(span, parent_context=None)");
-		return NULL;
-	}
-	PyObject *span = argv[0];
 	if (!self->enabled)
 		Py_RETURN_NONE;
 	if (self->seen_forks != forks) { /* a child: the backend re-registers or restarts its ring for this pid */
@@ -492,27 +487,70 @@ static PyObject *Hooks_on_start(Hooks *self, PyObject *const *argv, Py_ssize_t n
 	Py_RETURN_NONE;
 }
 
-/* threading.current_thread().name, without a Python frame for a threading.Thread. */
-static PyObject *thread_name(Hooks *self)
+static PyObject *Hooks_on_start(Hooks *self, PyObject *const *argv, Py_ssize_t nargsf, PyObject *kwnames)
 {
+	Py_ssize_t n = PyVectorcall_NARGS(nargsf) + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+	if (PyVectorcall_NARGS(nargsf) < 1 || n > 2) {
+		PyErr_SetString(PyExc_TypeError, "on_start(span, parent_context=None)");
+		return NULL;
+	}
+	return snapshot_onto(self, argv[0]);
+}
+
+/* threading.current_thread() and its ident (new references), without a Python frame for a
+ * threading.Thread: cached in the thread state's dict, which CPython clears as the thread
+ * exits; looked up again where the ident changed (a fork's child). */
+static PyObject *current_thread(Hooks *self, PyObject **ident_out)
+{
+	unsigned long ident = PyThread_get_thread_ident();
+	PyObject *tdict = PyThreadState_GetDict(); /* borrowed */
+	PyObject *cached = tdict ? PyDict_GetItemWithError(tdict, s_thread_key) : NULL;
+	if (cached && PyTuple_CheckExact(cached) && PyTuple_GET_SIZE(cached) == 2 &&
+	    PyLong_AsUnsignedLong(PyTuple_GET_ITEM(cached, 1)) == ident) {
+		PyObject *thread = PyTuple_GET_ITEM(cached, 0);
+		*ident_out = PyTuple_GET_ITEM(cached, 1);
+		Py_INCREF(*ident_out);
+		Py_INCREF(thread);
+		return thread;
+	}
+	PyErr_Clear();
+	PyObject *key = PyLong_FromUnsignedLong(ident);
+	if (key == NULL)
+		return NULL;
 	PyObject *active = PyObject_GetAttr(self->threading, s_active);
-	PyObject *ident = active ? PyLong_FromUnsignedLong(PyThread_get_thread_ident()) : NULL;
-	PyObject *thread = ident && PyDict_Check(active) ? PyDict_GetItemWithError(active, ident) : NULL;
+	PyObject *thread = active && PyDict_Check(active) ? PyDict_GetItemWithError(active, key) : NULL;
 	Py_XINCREF(thread);
-	Py_XDECREF(ident);
 	Py_XDECREF(active);
 	if (thread == NULL) {
 		PyErr_Clear();
 		thread = PyObject_CallMethod(self->threading, "current_thread", NULL);
-		if (thread == NULL)
+		if (thread == NULL) {
+			Py_DECREF(key);
 			return NULL;
+		}
 	}
-	PyObject *name = PyObject_GetAttr(thread, s_name); /* Thread.name's storage: no property call */
+	PyObject *pair = tdict ? PyTuple_Pack(2, thread, key) : NULL;
+	if (pair == NULL || PyDict_SetItem(tdict, s_thread_key, pair))
+		PyErr_Clear();
+	Py_XDECREF(pair);
+	*ident_out = key;
+	return thread;
+}
+
+/* The thread's name (Thread._name's storage: no property call) and ident, as new references. */
+static PyObject *thread_name(Hooks *self, PyObject **ident_out)
+{
+	PyObject *thread = current_thread(self, ident_out);
+	if (thread == NULL)
+		return NULL;
+	PyObject *name = PyObject_GetAttr(thread, s_name);
 	if (name == NULL) {
 		PyErr_Clear();
 		name = PyObject_GetAttr(thread, s_public_name);
 	}
 	Py_DECREF(thread);
+	if (name == NULL)
+		Py_CLEAR(*ident_out);
 	return name;
 }
 
@@ -540,14 +578,16 @@ static PyObject *direct_dict(PyObject *span, Py_ssize_t adding)
 	return d;
 }
 
-/* Set the values on the span: straight into its attribute dict, or through set_attributes.
+/* Set the values on the span: straight into its attribute dict (then *used is that dict,
+ * a new reference), or through set_attributes.
  *
  * The direct path does what set_attributes would leave, minus its cleaning of
  * values that are already clean, and without taking the span's locks: it holds
  * the GIL from the check that the span is not ended to its last insert and runs
  * no Python code in between (str keys, float and int values, no allocation that
  * can start the cyclic GC), so no other thread can end or change the span there. */
-static int set_attributes(PyObject *span, PyObject *const *keys, PyObject *const *values, Py_ssize_t n)
+static int set_attributes(PyObject *span, PyObject *const *keys, PyObject *const *values, Py_ssize_t n,
+			  PyObject **used)
 {
 	PyObject *dict = direct_dict(span, n), *end = NULL;
 	int rc = -1;
@@ -558,10 +598,12 @@ static int set_attributes(PyObject *span, PyObject *const *keys, PyObject *const
 				rc = PyDict_SetItem(dict, keys[i], values[i]);
 	}
 	Py_XDECREF(end);
-	Py_XDECREF(dict);
 	PyErr_Clear();
-	if (rc == 0)
+	if (rc == 0) {
+		*used = dict;
 		return 0;
+	}
+	Py_XDECREF(dict);
 	PyObject *attrs = PyDict_New();
 	if (attrs == NULL)
 		return -1;
@@ -578,7 +620,7 @@ static int set_attributes(PyObject *span, PyObject *const *keys, PyObject *const
 
 /* The figures of a span that needs nothing but its counters; 1 when set, 0 when the Python hook must do it. */
 static int fast_figures(Hooks *self, Start *start, PyObject *span, long long span_start, long long span_end,
-			uint64_t now, double *wait_ratio)
+			uint64_t now, double *wait_ratio, PyObject **attributes)
 {
 	PyObject *ring = PyObject_GetAttr(start->registration, s_ring);
 	if (ring == NULL)
@@ -605,9 +647,11 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 	*wait_ratio = (double)wait / (double)duration;
 	PyObject *keys[] = {k_thread_name, k_thread_id, k_wait_ms, k_hold_ms, k_wait_ratio, k_hold_ratio,
 			    k_acquisitions, k_convoy_waits};
+	PyObject *ident = NULL; /* thread.id: the managed id, as spans.py */
+	PyObject *name = thread_name(self, &ident);
 	PyObject *values[8] = {
-		thread_name(self),
-		PyLong_FromUnsignedLong(PyThread_get_thread_ident()), /* thread.id: the managed id, as spans.py */
+		name,
+		ident,
 		PyFloat_FromDouble((double)wait / 1e6),
 		PyFloat_FromDouble((double)hold / 1e6),
 		PyFloat_FromDouble(*wait_ratio),
@@ -619,7 +663,7 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 	for (int i = 0; i < 8; i++)
 		if (values[i] == NULL)
 			goto out;
-	rc = set_attributes(span, keys, values, 8) ? -1 : 1;
+	rc = set_attributes(span, keys, values, 8, attributes) ? -1 : 1;
 out:
 	for (int i = 0; i < 8; i++)
 		Py_XDECREF(values[i]);
@@ -646,19 +690,21 @@ static PyObject *lookup(PyObject *obj, PyObject *name)
 	return value;
 }
 
-/* ---------------------------------------------------------------- EndMethod */
+/* ---------------------------------------------------------------- SpanMethod */
 
-/* Takes Span.end's place in the class: a method descriptor, so `span.end()` calls it
- * with the span as first argument and no bound-method object in between. */
+/* Takes Span.start's or Span.end's place in the class: a method descriptor, so
+ * `span.end()` calls it with the span as first argument and no bound-method object
+ * in between. */
 typedef struct {
 	PyObject_HEAD
 	Hooks *hooks;
-	PyObject *original; /* the Span.end it replaced */
+	PyObject *original; /* the Span method it replaced */
+	PyObject *scope;    /* start: the span processor of the provider whose spans get figures */
 	vectorcallfunc vectorcall;
-} EndMethod;
+} SpanMethod;
 
 /* The Python hook, with wrapt's signature: (bound original, span, args, kwargs). */
-static PyObject *python_end(EndMethod *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+static PyObject *python_end(SpanMethod *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
 	PyObject *bound = PyMethod_New(self->original, args[0]);
 	PyObject *rest = bound ? PyTuple_New(nargs - 1) : NULL;
@@ -680,16 +726,18 @@ static PyObject *python_end(EndMethod *self, PyObject *const *args, Py_ssize_t n
 }
 
 /* A server span's wait ratio into the metrics' counter, by http.route (else the span's
- * name), as spans.record_server_span does; 0, or -1 for that function to do it. */
-static int count_server_span(Hooks *hooks, PyObject *span, double wait_ratio)
+ * name), as spans.record_server_span does; 0, or -1 for that function to do it.
+ * attributes: the span's attribute dict where fast_figures wrote into it, else NULL. */
+static int count_server_span(Hooks *hooks, PyObject *span, PyObject *attributes, double wait_ratio)
 {
 	if (hooks->ratios == NULL)
 		return -1;
-	PyObject *bounded = lookup(span, s_attributes);
-	PyObject *dict = bounded ? lookup(bounded, s_dict) : NULL;
+	PyObject *bounded = attributes ? NULL : lookup(span, s_attributes);
+	PyObject *dict = attributes ? attributes : bounded ? lookup(bounded, s_dict) : NULL;
 	PyObject *route = dict && PyDict_Check(dict) ? PyDict_GetItemWithError(dict, k_http_route) : NULL;
 	Py_XINCREF(route);
-	Py_XDECREF(dict);
+	if (attributes == NULL)
+		Py_XDECREF(dict);
 	Py_XDECREF(bounded);
 	if (route == NULL || !PyObject_IsTrue(route)) {
 		Py_XDECREF(route);
@@ -701,7 +749,7 @@ static int count_server_span(Hooks *hooks, PyObject *span, double wait_ratio)
 }
 
 /* span.end(end_time=None): the gil.* figures, then the original end. */
-static PyObject *EndMethod_vectorcall(EndMethod *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
 	Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
 	if (nargs < 1) {
@@ -747,7 +795,8 @@ static PyObject *EndMethod_vectorcall(EndMethod *self, PyObject *const *args, si
 	}
 	Hooks *hooks = self->hooks;
 	double wait_ratio;
-	int done = fast_figures(hooks, st, span, span_start, end_ns, now, &wait_ratio);
+	PyObject *attributes = NULL;
+	int done = fast_figures(hooks, st, span, span_start, end_ns, now, &wait_ratio, &attributes);
 	if (done <= 0) { /* the Python hook's case; on an error it logs it once: never break the app */
 		PyErr_Clear();
 		Py_DECREF(start);
@@ -755,7 +804,7 @@ static PyObject *EndMethod_vectorcall(EndMethod *self, PyObject *const *args, si
 	}
 	if (st->metrics != Py_None) {
 		PyObject *kind = lookup(span, s_kind);
-		if (kind == hooks->server_kind && count_server_span(hooks, span, wait_ratio) != 0) {
+		if (kind == hooks->server_kind && count_server_span(hooks, span, attributes, wait_ratio) != 0) {
 			PyErr_Clear(); /* anything unusual: record_server_span decides, and logs its own failures */
 			PyObject *ratio = PyFloat_FromDouble(wait_ratio);
 			PyObject *r = ratio ? PyObject_CallFunctionObjArgs(hooks->py_server, start, span, ratio, NULL) : NULL;
@@ -765,6 +814,7 @@ static PyObject *EndMethod_vectorcall(EndMethod *self, PyObject *const *args, si
 		Py_XDECREF(kind);
 		PyErr_Clear();
 	}
+	Py_XDECREF(attributes);
 	Py_DECREF(start);
 	PyObject *call[2] = {span, PyLong_FromLongLong(end_ns)};
 	if (call[1] == NULL)
@@ -774,7 +824,26 @@ static PyObject *EndMethod_vectorcall(EndMethod *self, PyObject *const *args, si
 	return result;
 }
 
-static PyObject *EndMethod_get(EndMethod *self, PyObject *obj, PyObject *type)
+/* span.start(start_time=None, parent_context=None): the original start (it calls every span
+ * processor's on_start), then the snapshot, for the spans of the hooked provider only.
+ * In place of a span processor: the SDK's call of one more processor costs more than the snapshot. */
+static PyObject *start_vectorcall(SpanMethod *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+	PyObject *result = PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+	if (result == NULL || PyVectorcall_NARGS(nargsf) < 1 || !self->hooks->enabled)
+		return result;
+	PyObject *span = args[0], *processor = lookup(span, s_span_processor), *started = NULL;
+	Py_XDECREF(processor);
+	if (processor == self->scope && (started = lookup(span, s_start_attr)) == NULL) { /* not a repeated start() */
+		PyObject *r = snapshot_onto(self->hooks, span);
+		Py_XDECREF(r);
+	}
+	Py_XDECREF(started);
+	PyErr_Clear(); /* the snapshot's failures are logged by the Python hook: never break the app */
+	return result;
+}
+
+static PyObject *SpanMethod_get(SpanMethod *self, PyObject *obj, PyObject *type)
 {
 	if (obj == NULL || obj == Py_None) {
 		Py_INCREF(self);
@@ -783,61 +852,79 @@ static PyObject *EndMethod_get(EndMethod *self, PyObject *obj, PyObject *type)
 	return PyMethod_New((PyObject *)self, obj);
 }
 
-static int EndMethod_traverse(EndMethod *self, visitproc visit, void *arg)
+static int SpanMethod_traverse(SpanMethod *self, visitproc visit, void *arg)
 {
 	Py_VISIT(self->hooks);
 	Py_VISIT(self->original);
+	Py_VISIT(self->scope);
 	return 0;
 }
 
-static int EndMethod_clear(EndMethod *self)
+static int SpanMethod_clear(SpanMethod *self)
 {
 	Py_CLEAR(self->hooks);
 	Py_CLEAR(self->original);
+	Py_CLEAR(self->scope);
 	return 0;
 }
 
-static void EndMethod_dealloc(EndMethod *self)
+static void SpanMethod_dealloc(SpanMethod *self)
 {
 	PyObject_GC_UnTrack(self);
-	EndMethod_clear(self);
+	SpanMethod_clear(self);
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyMemberDef EndMethod_members[] = {
-	{"__wrapped__", T_OBJECT, offsetof(EndMethod, original), READONLY, "the Span.end this replaced"},
+static PyMemberDef SpanMethod_members[] = {
+	{"__wrapped__", T_OBJECT, offsetof(SpanMethod, original), READONLY, "the Span method this replaced"},
 	{NULL},
 };
 
-static PyTypeObject EndMethodType = {
+static PyTypeObject SpanMethodType = {
 	PyVarObject_HEAD_INIT(NULL, 0)
-	.tp_name = "otel_gil._fastspan.EndMethod",
-	.tp_basicsize = sizeof(EndMethod),
-	.tp_dealloc = (destructor)EndMethod_dealloc,
-	.tp_vectorcall_offset = offsetof(EndMethod, vectorcall),
+	.tp_name = "otel_gil._fastspan.SpanMethod",
+	.tp_basicsize = sizeof(SpanMethod),
+	.tp_dealloc = (destructor)SpanMethod_dealloc,
+	.tp_vectorcall_offset = offsetof(SpanMethod, vectorcall),
 	.tp_call = PyVectorcall_Call,
 	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_METHOD_DESCRIPTOR | Py_TPFLAGS_HAVE_VECTORCALL,
-	.tp_doc = "Span.end with the gil.* figures set first (Hooks.end_method makes one).",
-	.tp_traverse = (traverseproc)EndMethod_traverse,
-	.tp_clear = (inquiry)EndMethod_clear,
-	.tp_members = EndMethod_members,
-	.tp_descr_get = (descrgetfunc)EndMethod_get,
+	.tp_doc = "Span.start with the snapshot taken after it, or Span.end with the gil.* figures set first "
+		  "(Hooks.start_method and Hooks.end_method make them).",
+	.tp_traverse = (traverseproc)SpanMethod_traverse,
+	.tp_clear = (inquiry)SpanMethod_clear,
+	.tp_members = SpanMethod_members,
+	.tp_descr_get = (descrgetfunc)SpanMethod_get,
 };
 
-static PyObject *Hooks_end_method(Hooks *self, PyObject *original)
+static PyObject *span_method(Hooks *self, PyObject *original, PyObject *scope, vectorcallfunc call)
 {
 	if (!PyCallable_Check(original)) {
-		PyErr_SetString(PyExc_TypeError, "end_method(original): original must be Span.end");
+		PyErr_SetString(PyExc_TypeError, "the original must be the Span method replaced");
 		return NULL;
 	}
-	EndMethod *method = PyObject_GC_New(EndMethod, &EndMethodType);
+	SpanMethod *method = PyObject_GC_New(SpanMethod, &SpanMethodType);
 	if (method == NULL)
 		return NULL;
 	Py_INCREF(self), method->hooks = self;
 	Py_INCREF(original), method->original = original;
-	method->vectorcall = (vectorcallfunc)EndMethod_vectorcall;
+	Py_XINCREF(scope), method->scope = scope;
+	method->vectorcall = call;
 	PyObject_GC_Track(method);
 	return (PyObject *)method;
+}
+
+static PyObject *Hooks_start_method(Hooks *self, PyObject *const *args, Py_ssize_t nargs)
+{
+	if (nargs != 2) {
+		PyErr_SetString(PyExc_TypeError, "start_method(original, scope)");
+		return NULL;
+	}
+	return span_method(self, args[0], args[1], (vectorcallfunc)start_vectorcall);
+}
+
+static PyObject *Hooks_end_method(Hooks *self, PyObject *original)
+{
+	return span_method(self, original, NULL, (vectorcallfunc)end_vectorcall);
 }
 
 static PyObject *Hooks_ignore(Hooks *self, PyObject *const *argv, Py_ssize_t nargsf, PyObject *kwnames)
@@ -867,6 +954,9 @@ static PyMethodDef Hooks_methods[] = {
 	 "SpanProcessor.on_start: snapshot the thread's counters onto the span."},
 	{"ignore", (PyCFunction)(void (*)(void))Hooks_ignore, METH_FASTCALL | METH_KEYWORDS,
 	 "A hook that does nothing, without a Python frame (on_end, _on_ending)."},
+	{"start_method", (PyCFunction)(void (*)(void))Hooks_start_method, METH_FASTCALL,
+	 "start_method(original, scope): the replacement of Span.start, snapshotting the spans whose "
+	 "_span_processor is scope (their provider's)."},
 	{"end_method", (PyCFunction)Hooks_end_method, METH_O,
 	 "end_method(original): the replacement of Span.end (original: the Span.end it replaces)."},
 	{NULL},
@@ -937,7 +1027,7 @@ static int intern_all(void)
 		{&s_dict, "_dict"}, {&s_immutable, "_immutable"},
 		{&s_max_value_len, "max_value_len"}, {&s_maxlen, "maxlen"},
 		 {&s_active, "_active"}, {&s_name, "_name"}, {&s_public_name, "name"}, {&s_kind, "_kind"},
-		{&s_set_attributes, "set_attributes"},
+		{&s_set_attributes, "set_attributes"}, {&s_span_processor, "_span_processor"}, {&s_thread_key, "otel_gil.thread"},
 		{&k_thread_name, "thread.name"}, {&k_thread_id, "thread.id"}, {&k_wait_ms, "gil.wait_ms"},
 		{&k_hold_ms, "gil.hold_ms"}, {&k_wait_ratio, "gil.wait_ratio"}, {&k_hold_ratio, "gil.hold_ratio"},
 		{&k_acquisitions, "gil.acquisitions"}, {&k_convoy_waits, "gil.convoy_waits"}, {&k_http_route, "http.route"},
@@ -958,7 +1048,7 @@ static struct PyModuleDef fastspan_module = {
 
 PyMODINIT_FUNC PyInit__fastspan(void)
 {
-	if (intern_all() || PyType_Ready(&StartType) || PyType_Ready(&HooksType) || PyType_Ready(&EndMethodType) ||
+	if (intern_all() || PyType_Ready(&StartType) || PyType_Ready(&HooksType) || PyType_Ready(&SpanMethodType) ||
 	    PyType_Ready(&RatioCounterType))
 		return NULL;
 	if (pthread_atfork(NULL, NULL, count_fork) != 0) {

@@ -13,7 +13,7 @@ from otel_gil import backend, threads
 from otel_gil.environment_variables import OTEL_GIL_LONG_WAIT_MS, OTEL_GIL_NO_EXTENSIONS, OTEL_GIL_REGISTER_TIMEOUT_S
 from otel_gil.metrics import GilMetrics
 from otel_gil.package import _instruments
-from otel_gil.spans import GilSpanProcessor, unwrap_span_end, wrap_span_end
+from otel_gil.spans import GilSpanProcessor, hook_provider, unwrap_span
 from otel_gil.version import __version__
 
 log = logging.getLogger("otel_gil")
@@ -59,16 +59,15 @@ class GilInstrumentor(BaseInstrumentor):
         meter = metrics.get_meter(__name__, __version__, kwargs.get("meter_provider"))
         fast = os.environ.get(OTEL_GIL_NO_EXTENSIONS, "").strip().lower() not in ("1", "true", "yes")
         processor = GilSpanProcessor(source, GilMetrics(source, meter, fast), fast=fast)
-        provider.add_span_processor(processor)
-        wrap_span_end(processor)
+        hook_provider(provider, processor)
         threads.watch_starts()  # metrics name a thread even if it exits between two reads
         GilInstrumentor._backend, GilInstrumentor._processor = source, processor
 
     def _uninstrument(self, **kwargs) -> None:
-        unwrap_span_end()
+        unwrap_span()
         threads.unwatch_starts()
         if self._processor is not None:
-            self._processor.enabled = False  # the SDK has no remove_span_processor
+            self._processor.enabled = False  # the SDK has no remove_span_processor (Python hooks)
         if self._backend is not None:
             self._backend.stop()
         GilInstrumentor._backend = GilInstrumentor._processor = None

@@ -18,7 +18,7 @@ from typing import Callable, Optional
 import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.trace import SpanKind, format_span_id
 
 from otel_gil import blame as blamelib
@@ -203,20 +203,21 @@ def figures(
 
 
 class GilSpanProcessor(SpanProcessor):
-    """Snapshots the thread's GIL counters as each span starts (figures land at ``Span.end``,
-    see :func:`wrap_span_end`). ``fast``: the C hooks, where they were built."""
+    """Snapshots the thread's GIL counters as each span starts (figures land at ``Span.end``).
+
+    :func:`hook_provider` puts it on a provider. ``fast``: the C hooks, where they were built;
+    they take ``Span.start``'s place instead of being called as a span processor.
+    """
 
     def __init__(self, registration: Backend, metrics: Optional[GilMetrics] = None, fast: bool = True) -> None:
         self.registration = registration
         self.metrics = metrics
         self._hooks = None
+        self._scope = None  # the provider's span processor, where Span.start snapshots in C
         if fast and _fastspan is not None:
             self._hooks = _fastspan.Hooks(
                 registration, metrics, REGISTERED, self._snapshot_onto, end_wrapper, record_server_span, SpanKind.SERVER
             )
-            # The SDK calls these per span: C methods spare it a Python frame each.
-            self.on_start = self._hooks.on_start
-            self.on_end = self._on_ending = self._hooks.ignore
         self._enabled = True
 
     @property
@@ -249,19 +250,38 @@ class GilSpanProcessor(SpanProcessor):
         return True
 
 
-def wrap_span_end(processor: GilSpanProcessor) -> None:
-    """Put the processor's end hook on ``Span.end``: the C method where built, else :func:`end_wrapper` by wrapt."""
+def hook_provider(provider: TracerProvider, processor: GilSpanProcessor) -> None:
+    """Give the spans of ``provider`` the processor's figures, from now on.
+
+    With the C hooks, ``Span.start`` and ``Span.end`` are replaced by C methods that act on
+    this provider's spans only (``span._span_processor`` is its processor): the SDK calls no
+    processor of ours, which would cost more than the snapshot. Otherwise the processor is
+    added to the provider and ``Span.end`` wrapped by :func:`end_wrapper`.
+    """
+    scope = getattr(provider, "_active_span_processor", None)
+    if processor._hooks is not None and scope is not None and callable(Span.__dict__.get("start")):
+        processor._scope = scope
+    else:
+        provider.add_span_processor(processor)
+    wrap_span(processor)
+
+
+def wrap_span(processor: GilSpanProcessor) -> None:
+    """Put the processor's hooks on ``Span`` (again, after :func:`unwrap_span`)."""
+    if processor._scope is not None:
+        Span.start = processor._hooks.start_method(Span.__dict__["start"], processor._scope)
     if processor._hooks is not None:
         Span.end = processor._hooks.end_method(Span.__dict__["end"])
     else:
         wrapt.wrap_function_wrapper(Span, "end", end_wrapper)
 
 
-def unwrap_span_end() -> None:
-    """Undo :func:`wrap_span_end`."""
-    end = Span.__dict__["end"]
-    if hasattr(end, "__wrapped__"):
-        Span.end = end.__wrapped__
+def unwrap_span() -> None:
+    """Undo :func:`wrap_span`."""
+    for name in ("start", "end"):
+        method = Span.__dict__[name]
+        if hasattr(method, "__wrapped__"):
+            setattr(Span, name, method.__wrapped__)
 
 
 def end_wrapper(wrapped, instance: Span, args, kwargs):

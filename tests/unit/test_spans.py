@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import logging
 import threading
 import time
@@ -50,13 +51,12 @@ def hooked(reg: FakeRegistration, fast: bool, metrics=None, **provider_kwargs):
     exporter = InMemorySpanExporter()
     provider = TracerProvider(**provider_kwargs)
     gil = processor(reg, metrics, fast=fast)
-    provider.add_span_processor(gil)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    spans.wrap_span_end(gil)
+    spans.hook_provider(provider, gil)
     try:
         yield provider.get_tracer("test"), gil, exporter
     finally:
-        spans.unwrap_span_end()
+        spans.unwrap_span()
 
 
 @pytest.fixture
@@ -353,3 +353,55 @@ def test_a_shut_down_processor_adds_nothing(fast):
             pass
     (span,) = exporter.get_finished_spans()
     assert not [k for k in span.attributes if k.startswith(("gil.", "thread."))], dict(span.attributes)
+
+
+def test_only_the_hooked_providers_spans_get_figures(setup):
+    """The C hooks replace Span.start and Span.end for every provider; they act on the
+    instrumented provider's spans alone."""
+    tracer, _, ring, exporter = setup
+    my_slot(ring)
+    other = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(other))
+    with provider.get_tracer("other").start_as_current_span("elsewhere"):
+        with tracer.start_as_current_span("here"):
+            pass
+    (elsewhere,) = other.get_finished_spans()
+    (here,) = exporter.get_finished_spans()
+    assert not [k for k in elsewhere.attributes if k.startswith(("gil.", "thread."))], dict(elsewhere.attributes)
+    assert "gil.wait_ms" in here.attributes
+
+
+def test_a_repeated_start_keeps_the_first_snapshot(setup):
+    tracer, _, ring, exporter = setup
+    s = my_slot(ring)
+    span = tracer.start_span("twice")
+    s.wait_ns += 5_000_000
+    span.start()  # the SDK warns and keeps its start time: so do the figures
+    span.end()
+    (done,) = exporter.get_finished_spans()
+    assert done.attributes["gil.wait_ms"] == 5.0
+
+
+def test_thread_names_follow_renames_and_threads_python_did_not_start(setup):
+    tracer, _, ring, exporter = setup
+    names = []
+
+    def traced() -> None:
+        my_slot(ring)
+        with tracer.start_as_current_span("before"):
+            pass
+        names.append(threading.current_thread().name)
+        threading.current_thread().name = "renamed"
+        with tracer.start_as_current_span("after"):
+            pass
+
+    worker = threading.Thread(target=traced, name="worker")
+    worker.start()
+    worker.join()
+    done = threading.Event()
+    _thread.start_new_thread(lambda: (traced(), done.set()), ())
+    assert done.wait(5)
+    by_span = [(span.name, span.attributes["thread.name"]) for span in exporter.get_finished_spans()]
+    assert by_span == [("before", "worker"), ("after", "renamed"), ("before", names[1]), ("after", "renamed")]
+    assert names[1].startswith("Dummy-")
