@@ -48,7 +48,7 @@ bench: host venv
 	$(PY) -m pip install -q -c constraints.txt -e '.[bench]'
 	$(SUDO) $(PY) bench/handoff.py --rounds 5
 	$(SUDO) $(PY) bench/spancost.py --spans 2000 --blocks 30 --rounds 5
-	$(SUDO) $(PY) bench/webload.py --rounds 10 --seconds 3
+	$(SUDO) $(PY) bench/webload.py --rounds 20 --seconds 2
 	$(SUDO) $(PY) bench/peers.py --rounds 3 --seconds 5
 	$(SUDO) $(PY) bench/scale.py --threads 1000 --processes 100
 

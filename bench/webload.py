@@ -1,6 +1,6 @@
 """gunicorn + Flask under wrk on loopback: none vs OpenTelemetry vs OpenTelemetry + otel-gil (either backend).
 
-    sudo .venv/bin/python bench/webload.py [--rounds 10] [--seconds 3]
+    sudo .venv/bin/python bench/webload.py [--rounds 20] [--seconds 2]
 
 The app (bench/webload_app.py) has /hello (a constant) and /work (~2 ms of pure-Python
 work). Four gunicorn servers (2 sync workers each) run side by side on 127.0.0.1,
@@ -128,8 +128,8 @@ def acquisitions_per_request(server: subprocess.Popen, seconds: float) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--seconds", type=float, default=3, help="of load per mode, route and round")
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--seconds", type=float, default=2, help="of load per mode, route and round")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="otel-gil-bench-"))
     sock = str(work / "gil.sock")
