@@ -487,16 +487,6 @@ static PyObject *snapshot_onto(Hooks *self, PyObject *span)
 	Py_RETURN_NONE;
 }
 
-static PyObject *Hooks_on_start(Hooks *self, PyObject *const *argv, Py_ssize_t nargsf, PyObject *kwnames)
-{
-	Py_ssize_t n = PyVectorcall_NARGS(nargsf) + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
-	if (PyVectorcall_NARGS(nargsf) < 1 || n > 2) {
-		PyErr_SetString(PyExc_TypeError, "on_start(span, parent_context=None)");
-		return NULL;
-	}
-	return snapshot_onto(self, argv[0]);
-}
-
 /* threading.current_thread() and its ident (new references), without a Python frame for a
  * threading.Thread: cached in the thread state's dict, which CPython clears as the thread
  * exits; looked up again where the ident changed (a fork's child). */
@@ -727,18 +717,14 @@ static PyObject *python_end(SpanMethod *self, PyObject *const *args, Py_ssize_t 
 
 /* A server span's wait ratio into the metrics' counter, by http.route (else the span's
  * name), as spans.record_server_span does; 0, or -1 for that function to do it.
- * attributes: the span's attribute dict where fast_figures wrote into it, else NULL. */
+ * attributes: the span's attribute dict, where fast_figures wrote into it (else NULL:
+ * the figures went through set_attributes, and record_server_span reads the route). */
 static int count_server_span(Hooks *hooks, PyObject *span, PyObject *attributes, double wait_ratio)
 {
-	if (hooks->ratios == NULL)
+	if (hooks->ratios == NULL || attributes == NULL)
 		return -1;
-	PyObject *bounded = attributes ? NULL : lookup(span, s_attributes);
-	PyObject *dict = attributes ? attributes : bounded ? lookup(bounded, s_dict) : NULL;
-	PyObject *route = dict && PyDict_Check(dict) ? PyDict_GetItemWithError(dict, k_http_route) : NULL;
+	PyObject *route = PyDict_GetItemWithError(attributes, k_http_route);
 	Py_XINCREF(route);
-	if (attributes == NULL)
-		Py_XDECREF(dict);
-	Py_XDECREF(bounded);
 	if (route == NULL || !PyObject_IsTrue(route)) {
 		Py_XDECREF(route);
 		route = lookup(span, s_name);
@@ -927,11 +913,6 @@ static PyObject *Hooks_end_method(Hooks *self, PyObject *original)
 	return span_method(self, original, NULL, (vectorcallfunc)end_vectorcall);
 }
 
-static PyObject *Hooks_ignore(Hooks *self, PyObject *const *argv, Py_ssize_t nargsf, PyObject *kwnames)
-{
-	Py_RETURN_NONE;
-}
-
 static PyObject *Hooks_get_enabled(Hooks *self, void *closure)
 {
 	return PyBool_FromLong(self->enabled);
@@ -950,10 +931,6 @@ static int Hooks_set_enabled(Hooks *self, PyObject *value, void *closure)
 }
 
 static PyMethodDef Hooks_methods[] = {
-	{"on_start", (PyCFunction)(void (*)(void))Hooks_on_start, METH_FASTCALL | METH_KEYWORDS,
-	 "SpanProcessor.on_start: snapshot the thread's counters onto the span."},
-	{"ignore", (PyCFunction)(void (*)(void))Hooks_ignore, METH_FASTCALL | METH_KEYWORDS,
-	 "A hook that does nothing, without a Python frame (on_end, _on_ending)."},
 	{"start_method", (PyCFunction)(void (*)(void))Hooks_start_method, METH_FASTCALL,
 	 "start_method(original, scope): the replacement of Span.start, snapshotting the spans whose "
 	 "_span_processor is scope (their provider's)."},
