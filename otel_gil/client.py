@@ -38,19 +38,36 @@ def gil_enabled() -> bool:
     return True if is_enabled is None else bool(is_enabled())
 
 
-class Registration:
-    """This process's link to the collector. ``ring`` is None unless ``status == "ok"``."""
+class RingState:
+    """What span hooks and metrics read from a backend; ``ring`` is None unless ``status == "ok"``."""
 
-    kind = "collector"
-
-    def __init__(self, socket_path: Optional[str] = None, long_wait_ns: int = 1_000_000) -> None:
-        self.socket_path = socket_path or os.environ.get(OTEL_GIL_SOCKET) or DEFAULT_SOCKET
-        self.long_wait_ns = long_wait_ns
-        self.quiet = False  # True while backend.start() only asks whether a collector answers
+    def __init__(self) -> None:
         self.ring: Optional[Ring] = None
         self.status = PENDING
         self.detail = ""
         self.generation = 0  # bumped whenever the ring changes, so cached slot indexes expire
+
+    def _publish(self, ring: Optional[Ring], status: str, detail: str) -> None:
+        """Replace the state. The old ring is released only once the new state is whole:
+        a ring's release runs Python code (munmap through ctypes), so other threads run
+        then, and a span starting there would pair the new ring with the old status."""
+        old = self.ring
+        self.ring = ring
+        self.status, self.detail = status, detail
+        self.generation += 1
+        del old
+
+
+class Registration(RingState):
+    """This process's link to the collector."""
+
+    kind = "collector"
+
+    def __init__(self, socket_path: Optional[str] = None, long_wait_ns: int = 1_000_000) -> None:
+        super().__init__()
+        self.socket_path = socket_path or os.environ.get(OTEL_GIL_SOCKET) or DEFAULT_SOCKET
+        self.long_wait_ns = long_wait_ns
+        self.quiet = False  # True while backend.start() only asks whether a collector answers
         self._logged: set[str] = set()
         self._lock = threading.Lock()
         self._settled = threading.Event()
@@ -98,17 +115,13 @@ class Registration:
         if self._sock is not None:
             self._sock.close()  # only the child's copy: the parent's connection stays up
             self._sock = None
-        self.ring = None
-        self.status = PENDING
-        self.generation += 1
+        self._set(None, PENDING, "")
         self._settled = threading.Event()
         self._thread = None
 
     def _set(self, ring: Optional[Ring], status: str, detail: str) -> None:
         with self._lock:
-            self.ring = ring
-            self.status, self.detail = status, detail
-            self.generation += 1
+            self._publish(ring, status, detail)
         if status != REGISTERED and status not in self._logged and status != PENDING and not self.quiet:
             self._logged.add(status)
             log.warning("otel-gil: no GIL figures (%s): %s", status, detail)

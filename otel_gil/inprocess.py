@@ -12,11 +12,10 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Optional
 
 from otel_gil import protocol
 from otel_gil import ring as ringlib
-from otel_gil.client import PENDING, REGISTERED, gil_enabled
+from otel_gil.client import PENDING, REGISTERED, RingState, gil_enabled
 
 log = logging.getLogger("otel_gil")
 
@@ -29,18 +28,15 @@ except ImportError as exc:  # built without a C compiler
 NSLOTS = 2048
 
 
-class InProcess:
-    """GOT hooks in this process; ``ring`` is None unless ``status == "ok"``."""
+class InProcess(RingState):
+    """GOT hooks in this process."""
 
     kind = "inprocess"
 
     def __init__(self, long_wait_ns: int = 1_000_000, nslots: int = NSLOTS) -> None:
+        super().__init__()
         self.long_wait_ns = long_wait_ns
         self.nslots = nslots
-        self.ring: Optional[ringlib.Ring] = None
-        self.status = PENDING
-        self.detail = ""
-        self.generation = 0  # bumped whenever the ring or the pid changes, so cached slot indexes expire
         self._pid = os.getpid()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._after_fork)
@@ -62,9 +58,7 @@ class InProcess:
             address, size = _inprocess.install(self.nslots, self.long_wait_ns, int(sys.getswitchinterval() * 1e9))
         except (_inprocess.Unsupported, OSError) as exc:
             return self._fail(protocol.UNSUPPORTED_INTERPRETER, f"{exc}; the collector may trace it (OTEL_GIL_BACKEND=collector)")
-        self.ring = ringlib.Ring(address, size)
-        self.status, self.detail = REGISTERED, ""
-        self.generation += 1
+        self._publish(ringlib.Ring(address, size), REGISTERED, "")
         log.info("otel-gil: tracing the GIL in-process (GOT hooks in %s)", _inprocess.object())
 
     def wait(self, timeout: float) -> bool:
@@ -73,12 +67,10 @@ class InProcess:
     def stop(self) -> None:
         if _inprocess is not None and self.ring is not None:
             _inprocess.uninstall()
-        self.ring, self.status = None, PENDING
-        self.generation += 1
+        self._publish(None, PENDING, "")
 
     def _fail(self, status: str, detail: str) -> None:
-        self.ring, self.status, self.detail = None, status, detail
-        self.generation += 1
+        self._publish(None, status, detail)
         log.warning("otel-gil: no GIL figures (%s): %s", status, detail)
 
     def check_fork(self) -> None:

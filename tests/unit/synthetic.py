@@ -8,7 +8,8 @@ from typing import Iterator
 from otel_gil import ring
 
 
-def make_ring(nslots: int = 64) -> ring.Ring:
+def ring_bytes(nslots: int = 64) -> bytearray:
+    """A ring's bytes as the collector would hand them over: header set, slots empty."""
     data = bytearray(ring.SLOT_SIZE * ring.entries(nslots))
     header = ring.Header.from_buffer(data)
     header.magic, header.layout_version, header.slot_size = ring.MAGIC, ring.LAYOUT_VERSION, ring.SLOT_SIZE
@@ -16,7 +17,11 @@ def make_ring(nslots: int = 64) -> ring.Ring:
     header.long_wait_ns, header.convoy_ns = 1_000_000, 5_000_000
     header.hold_record_ns = ring.HOLD_RECORD_NS
     del header
-    return ring.Ring.from_bytes(data)
+    return data
+
+
+def make_ring(nslots: int = 64) -> ring.Ring:
+    return ring.Ring.from_bytes(ring_bytes(nslots))
 
 
 def slot_for(r: ring.Ring, tid: int, index: int | None = None) -> ring.Slot:

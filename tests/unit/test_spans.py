@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import _thread
 import logging
+import os
 import threading
 import time
 from contextlib import contextmanager
@@ -18,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_gil import ring as ringlib
 from otel_gil import spans
 from otel_gil.spans import GilSpanProcessor
-from synthetic import log_hold, make_ring, record_wait, slot_for
+from synthetic import log_hold, make_ring, record_wait, ring_bytes, slot_for
 
 
 @dataclass
@@ -405,3 +406,45 @@ def test_thread_names_follow_renames_and_threads_python_did_not_start(setup):
     by_span = [(span.name, span.attributes["thread.name"]) for span in exporter.get_finished_spans()]
     assert by_span == [("before", "worker"), ("after", "renamed"), ("before", names[1]), ("after", "renamed")]
     assert names[1].startswith("Dummy-")
+
+
+
+def test_a_registration_changing_under_the_snapshot_never_shows_ok(fast):
+    """The registrar thread swaps rings while spans start, and releasing a mapped ring
+    (munmap through ctypes) lets other threads run: a span sees the old ring and status or
+    the new ones, never one of each (uWSGI in CI: a worker's span said gil.status=ok with
+    no figures)."""
+    from otel_gil.client import NO_COLLECTOR, REGISTERED, Registration
+
+    reg = Registration("/nonexistent/otel-gil.sock")
+    reg.quiet = True
+    reg._stop.set()  # no registrar thread of its own: flip() below plays it
+    data, stop = ring_bytes(), threading.Event()
+
+    def mapped() -> ringlib.Ring:
+        fd = os.memfd_create("otel-gil-test-ring")
+        try:
+            os.write(fd, data)
+            return ringlib.Ring.map_fd(fd, len(data))
+        finally:
+            os.close(fd)
+
+    def flip():
+        while not stop.is_set():
+            reg._set(mapped(), REGISTERED, "")
+            time.sleep(0.0002)  # spans start while registered, too
+            reg._set(None, NO_COLLECTOR, "gone")
+
+    flipper = threading.Thread(target=flip, daemon=True)
+    with hooked(reg, fast) as (tracer, _, exporter):
+        flipper.start()
+        try:
+            for _ in range(3000):
+                tracer.start_span("x").end()
+        finally:
+            stop.set()
+            flipper.join()
+    statuses = [s.attributes.get("gil.status") for s in exporter.get_finished_spans()]
+    assert REGISTERED not in statuses, statuses.count(REGISTERED)
+    assert set(statuses) <= {None, "pending", NO_COLLECTOR, "collector_changed"}, set(statuses)
+    assert None in statuses and NO_COLLECTOR in statuses, "spans saw both states"
