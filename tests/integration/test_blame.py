@@ -32,13 +32,17 @@ def test_the_cpu_bound_thread_is_the_top_blocker_among_request_threads(requests_
     hog = hog_span["attributes"]["thread.id"]
     waits = _waits(requests_report, "request")
     assert len(waits) >= 100, len(waits)  # 4 x 20 requests x 10 steps, most behind the hog
-    by_hog = [w for w in waits if w["gil.blocker.thread.id"] == hog]
-    assert len(by_hog) >= 0.9 * len(waits), [w["gil.blocker.thread.name"] for w in waits if w not in by_hog]
+    # A blocker that exited before the waiter's span ended (a request thread done with its
+    # requests) is named by kernel tid only: no thread.id, no name.
+    by_hog = [w for w in waits if w.get("gil.blocker.thread.id") == hog]
+    assert len(by_hog) >= 0.9 * len(waits), [
+        w.get("gil.blocker.thread.name", w["gil.blocker.thread.native_id"]) for w in waits if w not in by_hog
+    ]
     for w in by_hog:  # the hog runs inside its span: the events say which
         assert w["gil.blocker.thread.name"] == "cpu-hog", w
         assert (w["gil.blocker.span.name"], w["gil.blocker.span_id"]) == ("hog", hog_span["span_id"]), w
     requests = [s for s in requests_report["spans"] if s["name"] == "request" and s["events"]]
-    tops = [s["attributes"]["gil.top_blocker.thread.name"] for s in requests]
+    tops = [s["attributes"].get("gil.top_blocker.thread.name") for s in requests]
     assert tops.count("cpu-hog") >= 0.9 * len(tops), tops
 
 
