@@ -36,6 +36,15 @@ def start_target(bursts: int = 10, runner: Runner = HOST) -> tuple[subprocess.Po
     return target, json.loads(tids)
 
 
+def hog_hold_ok(measured_ms: float, truth: dict) -> bool:
+    """The hog's hold against the target's truth, each burst timed around its usleep (t0..t1).
+    The hog holds the GIL through every usleep: their length is a floor no scheduling lowers.
+    t1 is read after the forced hand-off to the I/O threads that follows each burst, which a
+    busy machine stretches (CI: one burst timed 63 ms), so the truth is a ceiling, within 5 %."""
+    floor_ms = len(truth["bursts"]) * BURST_NS / 1e6
+    return floor_ms <= measured_ms <= truth["hog_hold_ns"] / 1e6 * 1.05
+
+
 def report_during_bursts(target: subprocess.Popen, *options: str) -> tuple[dict, dict, str]:
     """Run `otel-gil report --json` on the target, starting its bursts once attached: (report, truth, stderr)."""
     pid = workload_pid(target)
@@ -67,7 +76,7 @@ def test_report_json_against_ground_truth():
         assert {"tid", "name", "wait_s", "hold_s", "acquisitions", "wait_p50_s", "wait_p99_s"} <= set(t)
     hog = by_tid[truth["tids"]["hog"]]
     assert result["thread_names"] == "threading" and hog["name"] == "gil-hog"
-    assert within(hog["hold_s"] * 1e3, truth["hog_hold_ns"] / 1e6), (hog, truth)
+    assert hog_hold_ok(hog["hold_s"] * 1e3, truth), (hog, truth)
     assert hog["long_holds"] == len(truth["bursts"])
     # Each I/O thread waits once per burst, a little over 50 ms: the histogram's bucket is [2^25, 2^26) ns.
     bucket_top = 1 << (ring.hist_bucket(BURST_NS) + 1)
@@ -98,7 +107,7 @@ def test_report_on_every_interpreter(interpreter):
     names = {t["tid"]: t["name"] for t in result["threads"]}
     assert {role: names.get(tid) for role, tid in truth["tids"].items()} == truth["names"], names
     hog = next(t for t in result["threads"] if t["tid"] == truth["tids"]["hog"])
-    assert within(hog["hold_s"] * 1e3, truth["hog_hold_ns"] / 1e6), (hog, truth)
+    assert hog_hold_ok(hog["hold_s"] * 1e3, truth), (hog, truth)
 
 
 def test_report_on_an_interpreter_replaced_on_disk(tmp_path):
@@ -114,7 +123,7 @@ def test_report_on_an_interpreter_replaced_on_disk(tmp_path):
         target.kill()
         target.wait()
     hog = next(t for t in result["threads"] if t["tid"] == truth["tids"]["hog"])
-    assert hog["name"] == "gil-hog" and within(hog["hold_s"] * 1e3, truth["hog_hold_ns"] / 1e6), (hog, progress)
+    assert hog["name"] == "gil-hog" and hog_hold_ok(hog["hold_s"] * 1e3, truth), (hog, progress)
 
 
 def test_report_says_when_the_gil_was_not_located():
