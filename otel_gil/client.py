@@ -45,7 +45,7 @@ class RingState:
         self.ring: Optional[Ring] = None
         self.status = PENDING
         self.detail = ""
-        self.generation = 0  # bumped whenever the ring changes, so cached slot indexes expire
+        self.generation = 0  # bumped when the ring changes (in-process: also in a forked child): cached slot indexes expire
 
     def _publish(self, ring: Optional[Ring], status: str, detail: str) -> None:
         """Replace the state. The old ring is released only once the new state is whole:
