@@ -18,7 +18,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_gil import ring as ringlib
 from otel_gil import spans
-from otel_gil.spans import GilSpanProcessor
+from otel_gil.client import NO_COLLECTOR, PENDING, REGISTERED, Registration
+from otel_gil.spans import COLLECTOR_CHANGED, GilSpanProcessor
 from synthetic import log_hold, make_ring, record_wait, ring_bytes, slot_for
 
 
@@ -411,14 +412,11 @@ def test_thread_names_follow_renames_and_threads_python_did_not_start(setup):
     assert kinds[1] is threading._DummyThread
 
 
-
 def test_a_registration_changing_under_the_snapshot_never_shows_ok(fast):
     """The registrar thread swaps rings while spans start, and releasing a mapped ring
     (munmap through ctypes) lets other threads run: a span sees the old ring and status or
     the new ones, never one of each (uWSGI in CI: a worker's span said gil.status=ok with
     no figures)."""
-    from otel_gil.client import NO_COLLECTOR, REGISTERED, Registration
-
     reg = Registration("/nonexistent/otel-gil.sock")
     reg.quiet = True
     reg._stop.set()  # no registrar thread of its own: flip() below plays it
@@ -449,5 +447,5 @@ def test_a_registration_changing_under_the_snapshot_never_shows_ok(fast):
             flipper.join()
     statuses = [s.attributes.get("gil.status") for s in exporter.get_finished_spans()]
     assert REGISTERED not in statuses, statuses.count(REGISTERED)
-    assert set(statuses) <= {None, "pending", NO_COLLECTOR, "collector_changed"}, set(statuses)
+    assert set(statuses) <= {None, PENDING, NO_COLLECTOR, COLLECTOR_CHANGED}, set(statuses)
     assert None in statuses and NO_COLLECTOR in statuses, "spans saw both states"
