@@ -15,10 +15,10 @@ SDK_MIN := opentelemetry-api==1.30.0 opentelemetry-sdk==1.30.0 opentelemetry-ins
 host:
 	$(SUDO) scripts/setup-host.sh
 
-$(PY): pyproject.toml constraints.txt setup.py otel_gil/_fastspan.c otel_gil/_inprocess.c collector/gil_layout.h collector/gil_writer.h
+$(PY): pyproject.toml constraints.txt setup.py otel_gil/_fastspan.c otel_gil/_inprocess.c collector/pyproject.toml otel_gil/gil_layout.h otel_gil/gil_writer.h
 	$(PYTHON) -m venv --clear $(VENV)  # afresh: upgrading a venv in place can send pip backtracking
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]' -e ./collector
 	touch $(PY)
 
 venv: $(PY)

@@ -6,15 +6,15 @@
   hooks in Python, which cost more per span.
 
 Without a C compiler the build goes on without them. Both include
-collector/gil_layout.h, the slot layout the BPF side writes too.
+otel_gil/gil_layout.h, the slot layout the collector's BPF program writes too.
 """
 
 from setuptools import Extension, setup
 
 setup(
     ext_modules=[
-        Extension(f"otel_gil.{name}", [f"otel_gil/{name}.c"], include_dirs=["collector"], optional=True,
-                  depends=["collector/gil_layout.h", "collector/gil_writer.h"])
+        Extension(f"otel_gil.{name}", [f"otel_gil/{name}.c"], include_dirs=["otel_gil"], optional=True,
+                  depends=["otel_gil/gil_layout.h", "otel_gil/gil_writer.h"])
         for name in ("_inprocess", "_fastspan")
     ]
 )

@@ -8,7 +8,7 @@
  * handed to the Python hooks, which stay the reference: spans.py documents the
  * figures, and tests/unit/test_spans.py runs every case through both.
  *
- * The slot layout is collector/gil_layout.h, the same file the BPF side uses.
+ * The slot layout is otel_gil/gil_layout.h, the same file the BPF side uses.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

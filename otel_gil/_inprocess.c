@@ -6,8 +6,8 @@
  * finds the ELF object that holds the interpreter (dl_iterate_phdr), swaps those
  * GOT entries for the wrappers below, and learns the GIL's two condition
  * variables from a Py_BEGIN/END_ALLOW_THREADS of its own. From then on the
- * wrappers run the collector's event logic (collector/gil_writer.h, the same
- * code its BPF program compiles) into the same layout (collector/gil_layout.h),
+ * wrappers run the collector's event logic (otel_gil/gil_writer.h, the same
+ * code its BPF program compiles) into the same layout (otel_gil/gil_layout.h),
  * in this process's own memory:
  *   pthread_cond_signal(&gil->cond)         a release (drop_gil, even inlined)
  *   pthread_cond_signal(&gil->switch_cond)  an acquisition (take_gil)

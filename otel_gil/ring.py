@@ -1,10 +1,10 @@
-"""The Python half of the shared-memory layout (the C half is collector/gil_layout.h).
+"""The Python half of the shared-memory layout (the C half is gil_layout.h, beside it).
 
 The collector hands each registered process a read-only file descriptor for a
 BPF array: entry 0 is a :class:`Header`, entries ``1..nslots`` are one
 :class:`Slot` per thread, then ``HOLD_PAGES`` entries hold the process's hold log
 (every thread's recent holds, for blame by time held). :class:`Ring` maps it and
-reads it with plain loads. What each writer event writes: collector/gil_layout.h.
+reads it with plain loads. What each writer event writes: gil_writer.h.
 """
 
 from __future__ import annotations

@@ -80,9 +80,8 @@ def _sandbox(pid_namespace: bool):
     the workload."""
     workdir = Path(tempfile.mkdtemp(prefix="otel-gil-nobody-"))
     os.chmod(workdir, 0o755)
-    # The root side's sources (collector/) are imported as otel_gil_collector: bound under that name.
     binds = {"prefix": sys.base_prefix, "site": sysconfig.get_paths()["purelib"], "repo": str(ROOT),
-             "pkgs/otel_gil_collector": str(ROOT / "collector")}
+             "pkgs": str(ROOT / "collector")}
     script = ["set -e"]
     for name, src in binds.items():
         (workdir / name).mkdir(parents=True)

@@ -116,7 +116,7 @@ class Rootfs:
         self.inside = Path("/") / self.repo.relative_to(self.path)  # the copy as processes inside see it
         (self.path / socket_dir.lstrip("/")).mkdir(parents=True, exist_ok=True)
         subprocess.run(["mount", "--bind", socket_dir, str(self.path / socket_dir.lstrip("/"))], check=True)
-        for part in ("otel_gil", "collector", "tests/workloads"):  # collector/: headers setup.py includes
+        for part in ("otel_gil", "tests/workloads"):
             shutil.copytree(ROOT / part, self.repo / part, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
         for part in ("setup.py", "pyproject.toml", "README.md"):
             shutil.copy2(ROOT / part, self.repo / part)

@@ -21,7 +21,7 @@ from otel_gil import ring
 from otel_gil_collector import timeline
 
 TARGET = ROOT / "tests" / "workloads" / "report_target.py"
-CLI = [sys.executable, "-m", "otel_gil_collector.cli"]
+CLI = [sys.executable, "-m", "otel_gil.cli"]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 BURST_NS = 50_000_000  # report_target.py's burst
 HOST = Runner(sys.executable)
@@ -255,7 +255,7 @@ def test_clear_errors(case, expected, nobody):
         python = nobody.python if case == "not-root" else sys.executable
         env = {**os.environ, **(nobody.env if case == "not-root" else {"PYTHONPATH": str(ROOT)})}
         for command in ("report", "top"):
-            done = subprocess.run([*prefix, python, "-m", "otel_gil_collector.cli", command, "--pid", str(pid)],
+            done = subprocess.run([*prefix, python, "-m", "otel_gil.cli", command, "--pid", str(pid)],
                                   capture_output=True, text=True, timeout=60, env=env)
             assert done.returncode == 1, done
             assert expected in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -1,4 +1,4 @@
-"""Thread names read from a process's memory (collector/threadnames.py): the struct offsets
+"""Thread names read from a process's memory (collector/otel_gil_collector/threadnames.py): the struct offsets
 of its table against each interpreter's own headers, and /proc's names, with a note, when
 the memory cannot be read. `report` naming every matrix build's threads is in test_report."""
 

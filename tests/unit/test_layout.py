@@ -1,4 +1,4 @@
-"""The slot layout is defined twice, in C (collector/gil_layout.h) and in Python
+"""The slot layout is defined twice, in C (otel_gil/gil_layout.h) and in Python
 (otel_gil/ring.py): compile the C half and check both agree, field by field."""
 
 import ctypes
@@ -9,7 +9,7 @@ import pytest
 
 from otel_gil import ring
 
-HEADER = Path(__file__).resolve().parents[2] / "collector" / "gil_layout.h"
+HEADER = Path(__file__).resolve().parents[2] / "otel_gil" / "gil_layout.h"
 STRUCTS = {"gil_header": ring.Header, "gil_slot": ring.Slot, "gil_long_wait": ring.LongWait,
            "gil_long_hold": ring.LongHold, "gil_hold": ring.HoldRecord, "gil_hold_page": ring.HoldPage}
 CONSTANTS = {

@@ -1,6 +1,6 @@
 /* GIL hand-off tracing for the processes registered with otel-gil-collector.
  *
- * What each event writes: collector/gil_writer.h, which the in-process backend
+ * What each event writes: otel_gil/gil_writer.h, which the in-process backend
  * compiles too. Probes (all attached per registered pid, never host-wide, no uretprobe):
  *   take_gil entry            bootstrap only: marks the thread until the GIL's
  *                             two condition variables are learned, then detached
@@ -36,7 +36,7 @@ static __always_inline void seq_bump(struct gil_slot *s)
 #endif
 }
 
-/* The event logic both writers share (collector/gil_writer.h), on this side's primitives. */
+/* The event logic both writers share (otel_gil/gil_writer.h), on this side's primitives. */
 #define GIL_INLINE static __always_inline
 #define GIL_SEQ_BUMP(s) seq_bump(s)
 #define GIL_HOLD_PAGE(slots, i) hold_page(slots, i)

@@ -11,9 +11,9 @@
  * hold log (struct gil_hold_page): the recent GIL holds of every thread, for
  * blame by time held (which threads held the GIL during a long wait).
  *
- * Two writers fill this layout: the collector (collector/gil.bpf.c, eBPF
+ * Two writers fill this layout: the collector (collector/otel_gil_collector/gil.bpf.c, eBPF
  * uprobes) and the in-process backend (otel_gil/_inprocess.c, GOT hooks). Both
- * hook the same libc calls and run the same event logic, collector/gil_writer.h,
+ * hook the same libc calls and run the same event logic, gil_writer.h (beside this file),
  * which says what each event writes; the comments on the fields say when.
  */
 #ifndef OTEL_GIL_LAYOUT_H

@@ -13,10 +13,12 @@ from pathlib import Path
 
 from otel_gil_collector.bpfsys import MmapableArray
 from otel_gil_collector.probes import Probe, ProbePlan
+import otel_gil
 from otel_gil import ring
 
 log = logging.getLogger("otel_gil.collector")
 _SRC = Path(__file__).with_name("gil.bpf.c")
+_LAYOUT_DIR = Path(otel_gil.__file__).parent  # gil_layout.h and gil_writer.h: the app side's, shared by both writers
 
 
 @dataclass
@@ -46,7 +48,7 @@ class Tracer:
         self._bpf = BPF(
             src_file=str(_SRC),
             cflags=[
-                f"-I{_SRC.parent}",
+                f"-I{_LAYOUT_DIR}",
                 f"-DGIL_NSLOTS={max_threads}",
                 f"-DGIL_MAX_PROCS={max_processes}",
                 *(["-DGIL_TSO"] if platform.machine() == "x86_64" else []),

@@ -1,6 +1,6 @@
 /* What a writer of the slot layout (gil_layout.h) does on each GIL event: the
  * one definition both writers compile, the collector's BPF program
- * (collector/gil.bpf.c) and the in-process hooks (otel_gil/_inprocess.c).
+ * (collector/otel_gil_collector/gil.bpf.c) and the in-process hooks (otel_gil/_inprocess.c).
  *
  * The events, as a writer sees them (FORCE_SWITCHING, every CPython 3.9-3.15):
  *   RELEASE  pthread_cond_signal(&gil->cond)        in drop_gil
