@@ -10,12 +10,12 @@ PY := $(VENV)/bin/python
 # The oldest OpenTelemetry SDK we support, for the span-hook tests.
 SDK_MIN := opentelemetry-api==1.30.0 opentelemetry-sdk==1.30.0 opentelemetry-instrumentation==0.51b0
 
-.PHONY: host venv matrix rootfs tools demo test test-sdk-min bench clean
+.PHONY: host venv matrix rootfs tools wheels demo test test-sdk-min bench clean
 
 host:
 	$(SUDO) scripts/setup-host.sh
 
-$(PY): pyproject.toml constraints.txt setup.py otel_gil/_fastspan.c otel_gil/_inprocess.c collector/pyproject.toml otel_gil/gil_layout.h otel_gil/gil_writer.h
+$(PY): pyproject.toml constraints.txt setup.py $(wildcard otel_gil/*.c otel_gil/*.h) collector/pyproject.toml
 	$(PYTHON) -m venv --clear $(VENV)  # afresh: upgrading a venv in place can send pip backtracking
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e '.[test]' -e ./collector
@@ -30,9 +30,26 @@ matrix:
 	scripts/matrix-venvs.sh
 
 # Debian sid (python3.13-3.15) and bullseye (python3.9, glibc 2.31) trees for the interpreter
-# matrix, built once with debootstrap (about 1.5 minutes each) and cached outside the repo.
+# matrix, their slim twins with no compiler and an arm64 sid (qemu-user-static) for the wheels'
+# tests, built once with debootstrap (1.5-3 minutes each, arm64 about 10) and cached outside the repo.
 rootfs:
-	$(SUDO) scripts/rootfs.sh sid bullseye
+	$(SUDO) scripts/rootfs.sh sid bullseye sid-slim bullseye-slim sid-arm64
+
+# manylinux2014 wheels (x86_64, aarch64) for pyproject.toml's [tool.otel-gil.wheels] and the
+# sdist, into dist/ (scripts/wheels.py; with the pinned tools of scripts/wheel-tools.txt).
+WHEEL_TOOLS := .venv-wheels
+WHEEL_SOURCES := setup.py pyproject.toml README.md scripts/wheels.py $(wildcard otel_gil/*.py otel_gil/*.c otel_gil/*.h)
+
+$(WHEEL_TOOLS)/bin/python: scripts/wheel-tools.txt
+	$(PYTHON) -m venv --clear $(WHEEL_TOOLS)
+	$(WHEEL_TOOLS)/bin/python -m pip install -q -r scripts/wheel-tools.txt
+	touch $@
+
+build/wheels.stamp: $(WHEEL_TOOLS)/bin/python $(WHEEL_SOURCES)
+	$(SUDO) env PATH="$(CURDIR)/$(WHEEL_TOOLS)/bin:$$PATH" $(WHEEL_TOOLS)/bin/python scripts/wheels.py --out dist
+	mkdir -p build && touch $@
+
+wheels: build/wheels.stamp
 
 # Jaeger, Prometheus and promtool, built once from their Go modules and cached outside the repo.
 tools:
@@ -40,7 +57,7 @@ tools:
 	$(SUDO) scripts/prometheus.sh path prometheus
 	$(SUDO) scripts/prometheus.sh path promtool
 
-test: host venv matrix rootfs tools test-sdk-min
+test: host venv matrix rootfs tools wheels test-sdk-min
 	$(SUDO) $(PY) -m pytest -ra tests
 
 # Every benchmark, side by side in one run each; results in bench/RESULTS.md (minutes; run on an idle machine).
@@ -61,4 +78,4 @@ test-sdk-min: .venv-sdk-min/bin/python
 	PYTHONPATH=. .venv-sdk-min/bin/python -m pytest -q -p no:cacheprovider tests/unit/test_spans.py tests/unit/test_metrics.py
 
 clean:
-	rm -rf $(VENV) .venv-sdk-min .venv-matrix build *.egg-info
+	rm -rf $(VENV) .venv-sdk-min .venv-matrix $(WHEEL_TOOLS) build dist *.egg-info

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shutil
@@ -18,8 +17,11 @@ ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "tests" / "workloads" / "scenarios.py"
 LOAD = ROOT / "examples" / "load.py"
 NOBODY = 65534
+DIST = ROOT / "dist"
 sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "scripts"))
 import stack  # noqa: E402  (examples/stack.py: how the collector, Jaeger and the apps start)
+import wheels  # noqa: E402  (scripts/wheels.py: the wheels make wheels builds)
 
 
 def within(measured: float, truth: float, rel: float = 0.05, abs_ms: float = 0.5) -> bool:
@@ -88,19 +90,6 @@ exec "$@"
 """
 
 
-_EXT_MODULES = """import setuptools
-setuptools.setup = lambda **kw: print(" ".join(e.name for e in kw.get("ext_modules", [])))
-exec(open("setup.py").read())
-"""
-
-
-@functools.cache
-def extension_modules() -> list[str]:
-    """The extension modules setup.py builds (its ``setup()`` call, intercepted)."""
-    done = subprocess.run([sys.executable, "-c", _EXT_MODULES], cwd=ROOT, capture_output=True, text=True, check=True)
-    return done.stdout.split()
-
-
 class Rootfs:
     """A cached Debian tree (``scripts/rootfs.sh NAME``) set up for one test session: a copy of
     the checkout inside it with otel_gil's C parts built for each of its interpreters (as
@@ -134,7 +123,7 @@ class Rootfs:
                                 "setup.py -q build_ext --inplace"], capture_output=True, text=True)
         suffix = subprocess.run([*python, "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"],
                                 capture_output=True, text=True, check=True).stdout.strip()
-        modules = extension_modules()
+        modules = wheels.extension_modules()
         missing = [m for m in modules if not (self.repo / (m.replace(".", "/") + suffix)).exists()]
         assert modules and not missing, f"{self.name} python{version}: {missing} not built:\n{build.stdout}{build.stderr}"
 
@@ -161,6 +150,15 @@ class Rootfs:
         subprocess.run(["umount", str(self.path / self.socket_dir.lstrip("/"))], check=True)
         (self.path / self.socket_dir.lstrip("/")).rmdir()
         shutil.rmtree(self.repo)
+
+
+def built_wheel(python: str, machine: str) -> Path:
+    """dist/'s wheel of otel-gil for this CPython (``3.X``) and machine, as ``make wheels`` left it."""
+    target = next((t for t in wheels.targets() if (t.python, t.machine) == (python, machine)), None)
+    assert target, f"no wheel is built for CPython {python} on {machine} (pyproject.toml's [tool.otel-gil.wheels])"
+    path = DIST / target.wheel_name()
+    assert path.exists(), f"{path} is missing: run 'make wheels' (or 'make test')"
+    return path
 
 
 def run_scenario(

@@ -1,0 +1,286 @@
+#!/usr/bin/env python3
+"""Binary wheels of otel-gil: manylinux2014 (glibc 2.17) for each CPython and machine of
+pyproject.toml's [tool.otel-gil.wheels], with every C part setup.py declares, and the sdist.
+
+Usage (make wheels runs it with the tools of scripts/wheel-tools.txt on PATH, as root):
+    scripts/wheels.py [--out dist]
+
+How: the sdist first, then each wheel built from it by `pip wheel` under a CPython of that
+version (pyenv's on this host, else sid's from scripts/rootfs.sh, in a chroot), with zig cc
+as compiler and linker for <machine>-linux-gnu.2.17 (glibc 2.17 symbol versions from zig's
+own stubs, whatever glibc builds them); aarch64 is cross-compiled, setuptools told the
+machine's extension suffix and platform tag. OTEL_GIL_REQUIRE_EXTENSIONS=1 makes a C part
+that does not build fail the wheel. auditwheel repairs each to its manylinux tag, then the
+gates auditwheel lacks: the extension modules all there, no RPATH/RUNPATH, every libc symbol
+versioned and none newer than 2.17, the ELF machine; and dist holds exactly the expected files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import tomllib
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("OTEL_GIL_CACHE", "/var/cache/otel-gil"))
+PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+GLIBC = (2, 17)  # manylinux2014
+LEGACY_ALIAS = {"manylinux_2_17": "manylinux2014"}  # auditwheel names both in the file name
+ELF_MACHINE = {"x86_64": "Advanced Micro Devices X86-64", "aarch64": "AArch64"}  # readelf -h
+HOST_MACHINE = os.uname().machine
+BUILD_TREE = "sid"  # scripts/rootfs.sh's tree with -dev packages for both machines
+# The tree's multiarch pyconfig.h includes <TRIPLET/python3.X/pyconfig.h>: zig gets that
+# directory alone, never /usr/include (the tree's glibc headers would replace zig's 2.17 ones).
+TREE_PYCONFIG = "/tmp/otel-gil-pyconfig"
+
+
+@dataclass(frozen=True)
+class Target:
+    python: str  # "3.12"
+    platform: str  # "manylinux_2_17_x86_64"
+
+    @property
+    def machine(self) -> str:
+        return self.platform.split("_", 3)[3]  # manylinux_2_17_x86_64 -> x86_64
+
+    @property
+    def policy(self) -> str:
+        return self.platform[: -len(self.machine) - 1]  # -> manylinux_2_17
+
+    @property
+    def tag(self) -> str:
+        return "cp" + self.python.replace(".", "")
+
+    @property
+    def ext_suffix(self) -> str:
+        return f".{self.tag.replace('cp', 'cpython-')}-{self.machine}-linux-gnu.so"
+
+    def wheel_name(self) -> str:
+        """The file name auditwheel gives the repaired wheel."""
+        legacy = LEGACY_ALIAS.get(self.policy)
+        plat = f"{legacy}_{self.machine}.{self.platform}" if legacy else self.platform
+        return f"otel_gil-{version()}-{self.tag}-{self.tag}-{plat}.whl"
+
+
+def targets() -> list[Target]:
+    """Every wheel built: the one list of versions and platforms, in pyproject.toml."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["otel-gil"]["wheels"]
+    return [Target(py, plat) for py in config["pythons"] for plat in config["platforms"]]
+
+
+def version() -> str:
+    return re.search(r'"(.+)"', (ROOT / "otel_gil" / "version.py").read_text()).group(1)
+
+
+def sdist_name() -> str:
+    return f"otel_gil-{version()}.tar.gz"
+
+
+def expected_files() -> list[str]:
+    return sorted([sdist_name(), *(t.wheel_name() for t in targets())])
+
+
+# setup.py run against a stand-in setuptools that prints the names of its extension modules.
+_EXT_MODULES = """import sys, types
+class Extension:
+    def __init__(self, name, *args, **kwargs):
+        self.name = name
+def setup(**kwargs):
+    print(" ".join(e.name for e in kwargs.get("ext_modules", [])))
+sys.modules["setuptools"] = types.SimpleNamespace(Extension=Extension, setup=setup)
+exec(open("setup.py").read())
+"""
+
+
+@functools.cache
+def extension_modules() -> list[str]:
+    """The extension modules setup.py declares (whatever it declares: its ``setup()`` call, intercepted)."""
+    done = subprocess.run([sys.executable, "-c", _EXT_MODULES], cwd=ROOT, capture_output=True, text=True, check=True)
+    return done.stdout.split()
+
+
+def run(cmd: list[str], log: Path, **kwargs) -> None:
+    with log.open("a") as out:
+        out.write(f"$ {' '.join(cmd)}\n")
+        out.flush()
+        done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, **kwargs)
+    if done.returncode != 0:
+        tail = "".join(log.read_text().splitlines(keepends=True)[-40:])
+        raise SystemExit(f"{tail}\nwheels.py: {cmd[0]} failed ({done.returncode}); log: {log}")
+
+
+def zig_dir() -> Path:
+    """The ziglang package (PyPI) of the interpreter running this: zig and its libc stubs."""
+    import ziglang
+
+    return Path(ziglang.__file__).parent
+
+
+def compiler_env(target: Target, zig: str) -> dict[str, str]:
+    """setuptools' compiler and linker (LDSHARED too: pyenv's carries an -rpath), and for a
+    cross build the target's extension suffix and platform tag."""
+    triple = f"-target {target.machine}-linux-gnu.{GLIBC[0]}.{GLIBC[1]}"
+    env = {
+        # zig builds a UBSan-instrumented binary unless told otherwise (it does with no -O).
+        "CC": f"{zig} cc {triple} -fno-sanitize=undefined",
+        "LDSHARED": f"{zig} cc {triple} -shared",
+        "OTEL_GIL_REQUIRE_EXTENSIONS": "1",
+        "ZIG_GLOBAL_CACHE_DIR": "/tmp/otel-gil-zig-cache",
+    }
+    if target.machine != HOST_MACHINE:
+        env.update(SETUPTOOLS_EXT_SUFFIX=target.ext_suffix, _PYTHON_HOST_PLATFORM=f"linux-{target.machine}")
+    return env
+
+
+def pyenv_python(version: str) -> Path | None:
+    found = sorted(PYENV.glob(f"versions/{version}.*/bin/python{version}"),
+                   key=lambda p: [int(n) for n in re.findall(r"\d+", p.parts[-3])])
+    return found[-1] if found else None
+
+
+def tree_path(name: str) -> Path:
+    done = subprocess.run([str(ROOT / "scripts" / "rootfs.sh"), name], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{done.stderr}\nwheels.py: scripts/rootfs.sh {name} failed")
+    return Path(done.stdout.split()[-1])
+
+
+def build_wheel(target: Target, sdist: Path, work: Path, tree: Path | None) -> Path:
+    """``pip wheel`` of the sdist for this target, linux_<machine>-tagged, in ``work``."""
+    log = work / "build.log"
+    python = pyenv_python(target.python)
+    if python is not None:
+        env = {**os.environ, **compiler_env(target, str(zig_dir() / "zig"))}
+        run([str(python), "-m", "pip", "wheel", "--no-deps", "-w", str(work / "wheel"), str(sdist)], log, env=env)
+    else:
+        if tree is None:
+            raise SystemExit(f"wheels.py: no CPython {target.python} (pyenv install {target.python}, or add it to "
+                             f"scripts/rootfs.sh's {BUILD_TREE})")
+        inside = Path("/tmp") / f"otel-gil-wheel-{work.name}"
+        (tree / inside.relative_to("/")).mkdir()
+        shutil.copy2(sdist, tree / inside.relative_to("/"))
+        triplet = f"{target.machine}-linux-gnu"
+        env = {**compiler_env(target, "/opt/zig/zig"), "CPPFLAGS": f"-I{TREE_PYCONFIG}", "HOME": "/root",
+               "PATH": "/usr/bin:/bin"}
+        script = (f"mkdir -p {TREE_PYCONFIG}/{triplet} && ln -sfn /usr/include/{triplet}/python{target.python} "
+                  f"{TREE_PYCONFIG}/{triplet}/ && cd {inside} && /opt/venv/{target.python}/bin/python -m pip wheel "
+                  f"-q --no-deps -w wheel {sdist.name}")
+        mount = ('mkdir -p "$1/opt/zig" && mount --bind "$2" "$1/opt/zig" && mount -t proc proc "$1/proc" '
+                 '&& exec chroot "$1" env -i "${@:3}"')
+        try:
+            run(["unshare", "--mount", "--fork", "bash", "-c", mount, "build", str(tree), str(zig_dir()),
+                 *(f"{k}={v}" for k, v in env.items()), "sh", "-c", script], log)
+            shutil.copytree(tree / inside.relative_to("/") / "wheel", work / "wheel")
+        finally:
+            shutil.rmtree(tree / inside.relative_to("/"))
+    wheels = list((work / "wheel").glob("*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+def repair(wheel: Path, out: Path, log: Path) -> None:
+    """auditwheel: the manylinux tag the wheel's symbols allow (auto: it takes the
+    machine from the wheel, also for a cross-built one), that tag alone."""
+    run(["auditwheel", "repair", "--plat", "auto", "--only-plat", "-w", str(out), str(wheel)], log)
+
+
+def readelf(*args: str) -> str:
+    return subprocess.run(["readelf", "-W", *args], capture_output=True, text=True, check=True).stdout
+
+
+def check_wheel(path: Path, target: Target, modules: list[str]) -> list[str]:
+    """What is wrong with a repaired wheel (the gates auditwheel lacks); empty if nothing."""
+    problems = []
+    with zipfile.ZipFile(path) as wheel, tempfile.TemporaryDirectory() as tmp:
+        binaries = sorted(n for n in wheel.namelist() if re.search(r"\.so(\.|$)", n))
+        wanted = sorted(m.replace(".", "/") + target.ext_suffix for m in modules)
+        if binaries != wanted:
+            problems.append(f"shared objects {binaries}, expected {wanted} (setup.py's modules, nothing grafted)")
+        for name in set(binaries) & set(wanted):
+            so = wheel.extract(name, tmp)
+            machine = re.search(r"Machine:\s+(.*)", readelf("-h", so)).group(1).strip()
+            if machine != ELF_MACHINE[target.machine]:
+                problems.append(f"{name}: ELF machine {machine}")
+            if re.search(r"\((RPATH|RUNPATH)\)", readelf("-d", so)):
+                problems.append(f"{name}: has an RPATH/RUNPATH")
+            for line in readelf("--dyn-syms", so).splitlines():
+                fields = line.split()
+                if len(fields) < 8 or fields[6] != "UND" or not fields[7].strip():
+                    continue
+                symbol = fields[7]
+                if "@" not in symbol:
+                    if not symbol.startswith(("Py", "_Py")):  # the interpreter's: unversioned
+                        problems.append(f"{name}: unversioned undefined symbol {symbol}")
+                    continue
+                glibc = re.search(r"@GLIBC_(\d+)\.(\d+)", symbol)
+                if glibc and (int(glibc[1]), int(glibc[2])) > GLIBC:
+                    problems.append(f"{name}: {symbol} is newer than glibc {GLIBC[0]}.{GLIBC[1]}")
+    return problems
+
+
+def build_sdist(out: Path, log: Path) -> Path:
+    run([sys.executable, "-m", "build", "--sdist", "--outdir", str(out), str(ROOT)], log)
+    sdist = out / sdist_name()
+    with tarfile.open(sdist) as tar:
+        names = tar.getnames()
+    bad = [n for n in names if n.endswith(".so")]
+    headers = sorted(p.name for p in (ROOT / "otel_gil").glob("*.h"))
+    missing = [h for h in headers if not any(n.endswith(f"/otel_gil/{h}") for n in names)]
+    if bad or missing:
+        raise SystemExit(f"wheels.py: the sdist has {bad} and lacks {missing}")
+    return sdist
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "dist", help="where the files go (default: dist)")
+    args = parser.parse_args()
+    for tool in ("auditwheel", "patchelf", "readelf"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"wheels.py: {tool} not on PATH (make wheels installs the tools; readelf: binutils)")
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("otel_gil-*"):
+        old.unlink()
+    work = Path(tempfile.mkdtemp(prefix="otel-gil-wheels-"))
+    modules = extension_modules()
+    sdist = build_sdist(out, work / "sdist.log")
+    todo = targets()
+    tree = tree_path(BUILD_TREE) if any(pyenv_python(t.python) is None for t in todo) else None
+
+    def one(target: Target) -> list[str]:
+        where = work / f"{target.tag}-{target.machine}"
+        where.mkdir()
+        wheel = build_wheel(target, sdist, where, tree)
+        repair(wheel, out, where / "build.log")
+        problems = check_wheel(out / target.wheel_name(), target, modules) if (out / target.wheel_name()).exists() \
+            else [f"auditwheel wrote {sorted(p.name for p in out.glob(f'*{target.tag}*{target.machine}*'))}"]
+        print(f"wheels.py: {target.wheel_name()}: {'; '.join(problems) or 'ok'}", file=sys.stderr)
+        return problems
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        problems = [p for found in pool.map(one, todo) for p in found]
+    files = sorted(p.name for p in out.glob("otel_gil-*"))
+    if files != expected_files():
+        problems.append(f"{out} holds {files}, expected {expected_files()}")
+    if problems:
+        print("\n".join(f"wheels.py: {p}" for p in problems), file=sys.stderr)
+        return 1
+    shutil.rmtree(work)
+    print(f"wheels.py: {len(files)} files in {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
