@@ -14,6 +14,7 @@ import argparse
 import ctypes
 import json
 import os
+import platform
 import sys
 import threading
 import time
@@ -334,6 +335,10 @@ def main() -> None:
     ring = source.ring
     report = {
         "backend": source.kind,
+        "machine": platform.machine(),
+        # where otel_gil and its C parts were imported from (a checkout, a venv)
+        "modules": {m: sys.modules[m].__file__ for m in sorted(sys.modules) if m.split(".")[0] == "otel_gil"
+                    and getattr(sys.modules[m], "__file__", None)},
         "pid": os.getpid(),
         "pid_seen_by_collector": ring.header.pid if ring else None,
         "uid": os.getuid(),

@@ -1,0 +1,202 @@
+"""The wheels of dist/ (``make wheels``) as users get them, not the checkout: each into a fresh
+venv of the CPython it is for, by ``pip install --no-index --only-binary :all:`` from a
+directory outside the checkout with a wheelhouse of otel-gil's dependencies (filled by that
+venv's own pip, so with its own tags; cached), then the hog scenario with the in-process
+backend, whose figures must match the PyDLL ground truth while otel_gil and both C parts are
+imported from that venv.
+
+- x86_64, on this host: pyenv's 3.9-3.13 (``make matrix``), as root (they live in its home);
+- x86_64, in Debian trees with no compiler and no Python.h (scripts/rootfs.sh), as nobody:
+  bullseye's 3.9 (glibc 2.31) and sid's 3.13, 3.14, 3.15; ground truth within 5 %;
+- aarch64, in sid's arm64 tree under qemu-user-static, as nobody: 3.13, 3.14, 3.15 install,
+  the hooks install, and the hog's hold is seen within 10 %.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from helpers import DIST, MATRIX, NOBODY, ROOT, SCENARIOS, built_wheel, check_hog_ground_truth, span, within, wheels
+
+# Debian trees with no compiler (scripts/rootfs.sh NAME): the machine and the CPythons tested in each.
+TREES = {
+    "bullseye-slim": ("x86_64", ("3.9",)),
+    "sid-slim": ("x86_64", ("3.13", "3.14", "3.15")),
+    "sid-arm64": ("aarch64", ("3.13", "3.14", "3.15")),
+}
+CACHE = Path(os.environ.get("OTEL_GIL_CACHE", "/var/cache/otel-gil"))
+HOG = ("hog", "/nonexistent/otel-gil.sock", "--bursts", "5", "--burst-ms", "100")
+COMPILERS = ("cc", "gcc", "c99", "clang", "x86_64-linux-gnu-gcc", "aarch64-linux-gnu-gcc")
+TIMEOUT_S = 1200  # pip under qemu
+
+
+def _pip_env() -> dict:
+    """What pip needs of this machine's environment (a proxy, its CA), none of its own wheel dirs."""
+    return {k: v for k, v in os.environ.items()
+            if (k.startswith("PIP_") and k != "PIP_FIND_LINKS") or k.lower().endswith("_proxy")}
+
+
+class Place:
+    """Where a venv is made and run: this host (``tree`` None) or a Debian tree, entered with
+    chroot in a mount namespace of its own with /proc, and with a clean environment."""
+
+    def __init__(self, tree: Path | None) -> None:
+        self.tree = tree
+        base = tree / "tmp" if tree else Path(tempfile.gettempdir())
+        self.host_dir = Path(tempfile.mkdtemp(prefix="otel-gil-wheel-", dir=base))
+        os.chmod(self.host_dir, 0o755)  # nobody runs the venv
+        self.dir = "/" + str(self.host_dir.relative_to(tree)) if tree else str(self.host_dir)
+        # pip's downloads, kept with the tree (its recipe) or in the cache
+        self.wheelhouse = "/var/cache/otel-gil-wheelhouse" if tree else str(CACHE / "wheelhouse")
+
+    def run(self, *argv: str, user: int | None = None, env: dict | None = None, ok=(0,)) -> subprocess.CompletedProcess:
+        env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent" if user else "/root", "LANG": "C.UTF-8",
+               **_pip_env(), **(env or {})}
+        if self.tree is None:
+            assert user is None, "the host's pyenv CPythons live in root's home"
+            cmd = list(argv)
+        else:
+            chroot = ["chroot", *([f"--userspec={user}:{user}"] if user is not None else []), str(self.tree)]
+            cmd = ["unshare", "--mount", "--fork", "sh", "-c", 'mount -t proc proc "$0/proc" && exec "$@"',
+                   str(self.tree), *chroot, "env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S,
+                              env=env if self.tree is None else None)
+        assert done.returncode in ok, f"{argv} failed ({done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+        return done
+
+    def close(self) -> None:
+        shutil.rmtree(self.host_dir)
+
+
+def requirements(wheel: Path) -> list[str]:
+    """The wheel's own dependencies (its METADATA's Requires-Dist, extras left out)."""
+    with zipfile.ZipFile(wheel) as whl:
+        metadata = next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = whl.read(metadata).decode().splitlines()
+    return [line.split(":", 1)[1].strip() for line in lines
+            if line.startswith("Requires-Dist:") and "extra ==" not in line]
+
+
+def install_and_run_hog(place: Place, version: str, python: str, wheel: Path) -> dict:
+    """A fresh venv of ``python`` (CPython ``version``) in ``place`` with only the wheel and its
+    dependencies, installed offline; the hog scenario run in it with the in-process backend (as
+    nobody in a tree; the host's pyenv lives in root's home); its report."""
+    for source in (wheel, SCENARIOS):
+        shutil.copy2(source, place.host_dir / source.name)
+    (place.host_dir / "requirements.txt").write_text("\n".join(requirements(wheel)) + "\n")
+    venv, work = f"{place.dir}/venv", place.dir
+    place.run(python, "-m", "venv", venv)
+    place.run(f"{venv}/bin/pip", "download", "-q", "--only-binary", ":all:", "-d", place.wheelhouse,
+              "-r", f"{work}/requirements.txt")  # as a user's pip resolves them (3.9 gets an older OpenTelemetry)
+    place.run(f"{venv}/bin/pip", "install", "-q", "--no-index", "--only-binary", ":all:", "--find-links",
+              place.wheelhouse, f"{work}/{wheel.name}")
+    user = NOBODY if place.tree else None
+    done = place.run(f"{venv}/bin/python", f"{work}/scenarios.py", *HOG, user=user, env={"OTEL_GIL_BACKEND": "inprocess"})
+    report = json.loads(done.stdout)
+    report["stderr"] = done.stderr
+    assert report["backend"] == "inprocess" and report["uid"] == (user or os.getuid()), report["stderr"]
+    site = f"{venv}/lib/python{version}/site-packages/otel_gil/"
+    suffix = next(t.ext_suffix for t in wheels.targets() if t.wheel_name() == wheel.name)
+    for module in ("otel_gil", *wheels.extension_modules()):
+        assert report["modules"].get(module, "").startswith(site), (module, report["modules"])
+    for module in wheels.extension_modules():
+        assert report["modules"][module].endswith(suffix), report["modules"]
+    return report
+
+
+@pytest.fixture(scope="session")
+def trees() -> dict:
+    """name -> path of the cached Debian trees (scripts/rootfs.sh), each made on first use."""
+    paths = {}
+
+    def get(name: str) -> Path:
+        if name not in paths:
+            done = subprocess.run([str(ROOT / "scripts" / "rootfs.sh"), name], capture_output=True, text=True)
+            assert done.returncode == 0, f"scripts/rootfs.sh {name} failed:\n{done.stderr}"
+            paths[name] = Path(done.stdout.split()[-1])
+            compilers = [c for c in COMPILERS if (paths[name] / "usr" / "bin" / c).exists()]
+            headers = list((paths[name] / "usr" / "include").glob("python3*/Python.h"))
+            assert not compilers and not headers, f"{name} is no tree without a compiler: {compilers} {headers}"
+        return paths[name]
+
+    return get
+
+
+@pytest.fixture
+def place(request):
+    places = []
+
+    def make(tree: Path | None) -> Place:
+        places.append(Place(tree))
+        return places[-1]
+
+    yield make
+    for p in places:
+        p.close()
+
+
+@pytest.mark.parametrize("version", MATRIX)
+def test_wheel_on_this_host(version, place):
+    python = wheels.pyenv_python(version)
+    assert python, f"no pyenv CPython {version} (make matrix needs them too)"
+    check_hog_ground_truth(install_and_run_hog(place(None), version, str(python), built_wheel(version, "x86_64")))
+
+
+@pytest.mark.parametrize("tree,version", [(t, v) for t, (machine, vs) in TREES.items() if machine == "x86_64" for v in vs])
+def test_wheel_without_a_compiler(tree, version, trees, place):
+    report = install_and_run_hog(place(trees(tree)), version, f"/usr/bin/python{version}",
+                                 built_wheel(version, "x86_64"))
+    assert report["machine"] == "x86_64"
+    check_hog_ground_truth(report)
+
+
+@pytest.mark.parametrize("tree,version", [(t, v) for t, (machine, vs) in TREES.items() if machine == "aarch64" for v in vs])
+def test_aarch64_wheel_under_qemu(tree, version, trees, place):
+    report = install_and_run_hog(place(trees(tree)), version, f"/usr/bin/python{version}",
+                                 built_wheel(version, "aarch64"))
+    assert report["machine"] == "aarch64"
+    hog = span(report, "hog")["attributes"]
+    assert "gil.status" not in hog, report["stderr"]
+    truth_ms = sum(report["truth"]["bursts_ns"]) / 1e6
+    assert within(hog["gil.hold_ms"], truth_ms, rel=0.10), (hog, truth_ms)
+
+
+def test_every_x86_64_wheel_is_tested():
+    """Each x86_64 wheel make wheels builds is installed by a test above (aarch64: see the README)."""
+    tested = set(MATRIX) | {v for machine, vs in TREES.values() if machine == "x86_64" for v in vs}
+    built = {t.python for t in wheels.targets() if t.machine == "x86_64"}
+    assert built <= tested, built - tested
+
+
+def test_sdist_without_a_compiler_says_why(trees, place):
+    """Where no wheel fits, pip builds the sdist; with no compiler otel-gil installs without its
+    C parts, and says so: ``otel-gil check`` names the fix, spans say unsupported_interpreter."""
+    where = place(trees("sid-slim"))
+    sdist = DIST / wheels.sdist_name()
+    assert sdist.exists(), f"{sdist} is missing: run 'make wheels'"
+    for source in (sdist, SCENARIOS):
+        shutil.copy2(source, where.host_dir / source.name)
+    wheel = built_wheel("3.13", "x86_64")  # its dependencies are the sdist's
+    (where.host_dir / "requirements.txt").write_text("\n".join([*requirements(wheel), "setuptools>=77"]) + "\n")
+    venv, work = f"{where.dir}/venv", where.dir
+    where.run("/usr/bin/python3.13", "-m", "venv", venv)
+    where.run(f"{venv}/bin/pip", "download", "-q", "--only-binary", ":all:", "-d", where.wheelhouse,
+              "-r", f"{work}/requirements.txt")
+    where.run(f"{venv}/bin/pip", "install", "-q", "--no-index", "--find-links", where.wheelhouse, f"{work}/{sdist.name}")
+    check = where.run(f"{venv}/bin/otel-gil", "check", "--backend", "inprocess", user=NOBODY, ok=(1,))
+    assert "no GIL figures with the inprocess backend (unsupported_interpreter): otel_gil._inprocess was not built" \
+        in check.stderr and "where a C compiler and Python.h are present" in check.stderr, check.stderr
+    done = where.run(f"{venv}/bin/python", f"{work}/scenarios.py", *HOG, user=NOBODY, env={"OTEL_GIL_BACKEND": "inprocess"})
+    report = json.loads(done.stdout)
+    assert not set(wheels.extension_modules()) & set(report["modules"]), report["modules"]
+    for name in ("victim", "hog"):
+        attributes = span(report, name)["attributes"]
+        assert attributes.get("gil.status") == "unsupported_interpreter" and "gil.wait_ms" not in attributes, attributes
