@@ -15,8 +15,8 @@
 #include <uapi/linux/ptrace.h>
 #include "gil_layout.h"
 
-/* Template for the per-process slot arrays; every inner map has its shape. */
-BPF_F_TABLE("array", u32, struct gil_slot, slots_template, GIL_NSLOTS + 1 + GIL_HOLD_PAGES, BPF_F_MMAPABLE);
+/* Template for the per-process arrays (header, slots, hold log, locations); every inner map has its shape. */
+BPF_F_TABLE("array", u32, struct gil_slot, slots_template, GIL_NSLOTS + 1 + GIL_HOLD_PAGES + GIL_LOC_LEN, BPF_F_MMAPABLE);
 
 /* Registered tgid -> that process's slot array (the only pids we trace). */
 BPF_HASH_OF_MAPS(procs, u32, "slots_template", GIL_MAX_PROCS);

@@ -12,12 +12,10 @@ never stopped or written to. Its memory is input we do not trust and may change
 under us: every read is bounded and any inconsistency ends in :class:`Unreadable`,
 whose message says why (the caller falls back to /proc's names).
 
-Everything that depends on the version is here: the struct offsets in :data:`LAYOUTS`
-(one row per version, checked against each interpreter's own headers by
-``tests/integration/test_thread_names.py``, and on 3.13+ against the running build's
-own ``_Py_DebugOffsets``), and the few layout changes by version
-in the readers below (dict keys 3.11, ``PyLongObject`` 3.12, instance dicts 3.11,
-3.12, 3.13).
+The struct offsets are otel_gil's table (``otel_gil.pystructs``: one row per version,
+checked against each interpreter's own headers, and on 3.13+ against the running
+build's own ``_Py_DebugOffsets``); the few layout changes by version are in the
+readers below (dict keys 3.11, ``PyLongObject`` 3.12, instance dicts 3.11, 3.12, 3.13).
 """
 
 from __future__ import annotations
@@ -25,36 +23,15 @@ from __future__ import annotations
 import os
 import re
 import struct
-from dataclasses import dataclass
 from typing import Optional
 
+from otel_gil import pystructs
 from otel_gil_collector import elf, probes
 
 
 class Unreadable(Exception):
     """The names cannot be read from this process; the message says why."""
 
-
-@dataclass(frozen=True)
-class Layout:
-    """Offsets in one CPython version's release builds with a GIL (64-bit Linux; checked on x86-64)."""
-
-    interpreters_head: int  # _PyRuntimeState.interpreters.head
-    modules: int  # PyInterpreterState.modules (<= 3.11), .imports.modules (3.12+)
-    cached_keys: int  # PyHeapTypeObject.ht_cached_keys
-    ascii_size: int  # sizeof(PyASCIIObject): where an ASCII string's characters start
-    compact_size: int  # sizeof(PyCompactUnicodeObject): where other compact strings' start
-
-
-LAYOUTS = {
-    (3, 9): Layout(32, 856, 864, 48, 72),
-    (3, 10): Layout(32, 856, 872, 48, 72),
-    (3, 11): Layout(40, 888, 872, 48, 72),
-    (3, 12): Layout(40, 944, 880, 40, 56),
-    (3, 13): Layout(632, 7656, 880, 40, 56),
-    (3, 14): Layout(808, 7688, 880, 40, 56),
-    (3, 15): Layout(936, 7592, 888, 40, 56),
-}
 
 # Stable since 3.0: PyObject, PyTypeObject, PyModuleObject, PyDictObject fields.
 _OB_TYPE, _OB_SIZE = 8, 16
@@ -68,11 +45,6 @@ _MAX_NAME = 1024  # characters
 _READ_BUDGET = 16 << 20  # bytes per read(): a hostile process cannot keep a root tool busy
 _PYTHON_VERSION = re.compile(r"python3\.(\d+)(t?)(?!\d)")
 _Q = struct.Struct("<Q")
-# 3.13+ start _PyRuntime with _Py_DebugOffsets (for debuggers): its cookie, and where it puts
-# runtime_state.interpreters_head (after cookie, version, free_threaded, size, finalizing).
-_DEBUG_COOKIE, _DEBUG_INTERPRETERS_HEAD = b"xdebugpy", 40
-
-
 class _Memory:
     """Reads of a process's memory through /proc/<pid>/mem (read-only), within a budget."""
 
@@ -115,7 +87,7 @@ def version_of(path: str) -> Optional[tuple[int, int]]:
 class _Reader:
     """Python objects of one process, for one version's layout."""
 
-    def __init__(self, mem: _Memory, version: tuple[int, int], layout: Layout, types: dict[str, int]) -> None:
+    def __init__(self, mem: _Memory, version: tuple[int, int], layout: pystructs.Structs, types: dict[str, int]) -> None:
         self.mem, self.version, self.layout, self.types = mem, version, layout, types
 
     def type_of(self, obj: int) -> int:
@@ -131,7 +103,7 @@ class _Reader:
         kind, compact, ascii_ = (state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1
         if not compact or kind not in (1, 2, 4) or not 0 <= length <= _MAX_NAME:
             raise Unreadable(f"str at {obj:#x} is not a compact string")
-        data = obj + (self.layout.ascii_size if ascii_ else self.layout.compact_size)
+        data = obj + (self.layout.str_ascii_data if ascii_ else self.layout.str_compact_data)
         raw = self.mem.read(data, length * kind)
         return raw.decode({1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}[kind])
 
@@ -219,17 +191,6 @@ class _Reader:
         return self._by_name(self._entries(cached_keys, values)) if values else self.dict_items(managed)
 
 
-def _check_debug_offsets(mem: _Memory, runtime: int, layout: Layout) -> None:
-    """The build's own _Py_DebugOffsets must agree with the table (another configuration,
-    e.g. a debug build, moves the structs)."""
-    if mem.read(runtime, len(_DEBUG_COOKIE)) != _DEBUG_COOKIE:
-        raise Unreadable("_PyRuntime does not start with _Py_DebugOffsets")
-    head = mem.word(runtime + _DEBUG_INTERPRETERS_HEAD)
-    if head != layout.interpreters_head:
-        raise Unreadable(f"this build's _Py_DebugOffsets put interpreters.head at {head}, "
-                         f"the table at {layout.interpreters_head}: a build configured otherwise")
-
-
 def _load_base(pid: int, mapped_path: str, info: elf.ElfInfo) -> int:
     """Where the interpreter's file is loaded in ``pid`` (the address of virtual address 0)."""
     try:
@@ -253,10 +214,10 @@ def read(pid: int, mapped_path: str, host_path: str) -> dict[int, str]:
     except elf.ElfLookupError as exc:
         raise Unreadable(str(exc)) from None
     version = version_of(mapped_path)
-    layout = LAYOUTS.get(version) if version else None
-    if layout is None or not layout.interpreters_head:
+    layout = pystructs.for_version(version) if version else None
+    if layout is None:
         raise Unreadable(f"no struct layout for {os.path.basename(mapped_path)} (versions: "
-                         f"{', '.join(f'{a}.{b}' for (a, b), lay in LAYOUTS.items() if lay.interpreters_head)})")
+                         f"{', '.join(f'{a}.{b}' for a, b in pystructs.STRUCTS)})")
     needed = ("_PyRuntime", "PyDict_Type", "PyUnicode_Type", "PyLong_Type", "PyModule_Type")
     missing = [name for name in needed if name not in info.data]
     if missing:
@@ -266,8 +227,9 @@ def read(pid: int, mapped_path: str, host_path: str) -> dict[int, str]:
     try:
         reader = _Reader(mem, version, layout, {name: base + info.data[name].address for name in needed[1:]})
         runtime = base + info.data["_PyRuntime"].address
-        if version >= (3, 13):
-            _check_debug_offsets(mem, runtime, layout)
+        disagreement = pystructs.debug_offsets_disagree(layout, lambda at, size: mem.read(runtime + at, size))
+        if disagreement:
+            raise Unreadable(disagreement)
         interp = mem.word(runtime + layout.interpreters_head)
         modules = reader.dict_items(mem.word(interp + layout.modules))
         threading = modules.get("threading")
