@@ -43,7 +43,7 @@
 /* gil_location.why: why a location has no frame, or fewer frames or lines than it
  * could have (header.location_misses counts each, by its index here). */
 #define GIL_LOC_NO_LAYOUT 0  /* no struct offsets for this interpreter (header.py.minor == 0) */
-#define GIL_LOC_HOLDER 1     /* gil->last_holder is not the releasing thread's state */
+#define GIL_LOC_HOLDER 1     /* gil->last_holder is not the state the releasing thread acquired for */
 #define GIL_LOC_NO_FRAME 2   /* the thread runs no Python code (exiting, or C only) */
 #define GIL_LOC_UNREADABLE 3 /* a read of the interpreter's memory failed */
 #define GIL_LOC_NOT_CODE 4   /* a frame's code is not a code object */
@@ -112,6 +112,8 @@ struct gil_location {
 	struct gil_frame frames[GIL_LOC_FRAMES];
 };
 
+#define GIL_OB_TYPE 8 /* PyObject.ob_type, in every release build */
+
 /* Where the interpreter keeps what a location is read from, for this process's CPython
  * (otel_gil/pystructs.py has the table; whoever creates the ring fills this in). Offsets
  * are from the start of the struct named; -1: the field does not exist in this version. */
@@ -124,11 +126,10 @@ struct gil_py_layout {
 	__u8 skip_owner;      /* GIL_FRAME_INTERP: frames whose owner is at least this are the
 	                       * interpreter's own (C stack, entry frames), not Python code; 0: none */
 	__u8 reserved;
-	__s32 gil_last_holder;   /* &gil->last_holder - &gil->cond (the thread state drop_gil releases for) */
+	__s32 gil_last_holder;   /* &gil->last_holder - &gil->cond: the thread state take_gil acquired for,
+	                          * and drop_gil releases for */
 	__s32 tstate_frame;      /* PyThreadState: frame (3.9, 3.10), cframe (3.11, 3.12), current_frame (3.13+) */
 	__s32 cframe_frame;      /* _PyCFrame.current_frame where tstate_frame is cframe; else -1 */
-	__s32 tstate_thread_id;  /* PyThreadState.thread_id (pthread_self() of its thread) */
-	__s32 tstate_native_id;  /* PyThreadState.native_thread_id (3.11+) */
 	__s32 frame_previous;    /* f_back / previous */
 	__s32 frame_code;        /* f_code / f_executable */
 	__s32 frame_instr;       /* f_lasti (int) / prev_instr (3.11, 3.12) / instr_ptr (3.13+) */
@@ -145,7 +146,7 @@ struct gil_py_layout {
 	__s32 str_state;         /* PyASCIIObject.state: kind (bits 2-4), compact (5), ascii (6) */
 	__s32 str_ascii_data;    /* sizeof(PyASCIIObject): a compact ASCII string's characters */
 	__s32 str_compact_data;  /* sizeof(PyCompactUnicodeObject): other compact strings' */
-	__u32 reserved2;
+	__u32 reserved2;         /* 0 */
 	__u64 code_type;         /* &PyCode_Type, &PyUnicode_Type, &PyBytes_Type in this process */
 	__u64 str_type;
 	__u64 bytes_type;
@@ -177,6 +178,9 @@ struct gil_slot {
 	__u64 wait_acq_mark;    /* WAIT: header.acquisitions_total at this thread's latest WAIT */
 	__u64 forced_waits;     /* waits that began at a requested release and stood (ACQUIRE) */
 	__u64 forced_acq_mark;  /* RELEASE that opened a forced wait: header.acquisitions_total then */
+	/* Layout 6 */
+	__u64 tstate;           /* ACQUIRE: gil->last_holder, the thread state take_gil acquired the GIL
+	                         * for (0 without header.py): a location is read from it only */
 };
 
 struct gil_header {

@@ -34,8 +34,6 @@ class Structs:
     gil_last_holder: int
     tstate_frame: int
     cframe_frame: int
-    tstate_thread_id: int
-    tstate_native_id: int
     frame_previous: int
     frame_code: int
     frame_instr: int
@@ -63,7 +61,7 @@ class Structs:
 
 _OBJECT, _INTERP = ring.FRAME_OBJECT, ring.FRAME_INTERP
 _LNOTAB, _PAIRS, _LOCATIONS = ring.LINES_LNOTAB, ring.LINES_PAIRS, ring.LINES_LOCATIONS
-_DEBUG_FIELDS = ("interpreters_head", "tstate_frame", "tstate_thread_id", "tstate_native_id", "frame_previous",
+_DEBUG_FIELDS = ("interpreters_head", "tstate_frame", "frame_previous",
                  "frame_code", "frame_instr", "frame_owner", "code_name", "code_filename", "code_firstlineno",
                  "code_linetable", "code_code", "str_length", "str_state", "str_ascii_data", "bytes_size", "bytes_data")
 
@@ -73,23 +71,20 @@ def _debug(*positions: int) -> dict[str, int]:
 
 
 STRUCTS: dict[tuple[int, int], Structs] = {
-    (3, 9): Structs(_OBJECT, _LNOTAB, 1, 0, 0, -24, 24, -1, 176, -1, 24, 32, 104, -1, 112, 104, 40, 120, -1, -1,
-                    16, 32, 16, 32, 48, 72, 32, 856, 864),
-    (3, 10): Structs(_OBJECT, _PAIRS, 2, 0, 0, -24, 24, -1, 176, -1, 24, 32, 96, -1, 112, 104, 40, 120, -1, -1,
-                     16, 32, 16, 32, 48, 72, 32, 856, 872),
-    (3, 11): Structs(_INTERP, _LOCATIONS, 0, 0, 3, -24, 56, 8, 152, 160, 48, 32, 56, 69, 128, 112, 72, 136, 184, 168,
-                     16, 32, 16, 32, 48, 72, 40, 888, 872),
-    (3, 12): Structs(_INTERP, _LOCATIONS, 0, 0, 3, -24, 56, 0, 136, 144, 8, 0, 56, 70, 128, 112, 68, 136, 192, 176,
-                     16, 32, 16, 32, 40, 56, 40, 944, 880),
-    (3, 13): Structs(_INTERP, _LOCATIONS, 0, 0, 3, -24, 72, -1, 152, 160, 8, 0, 56, 70, 128, 112, 68, 136, 200, 184,
-                     16, 32, 16, 32, 40, 56, 632, 7656, 880,
-                     _debug(40, 184, 192, 200, 232, 240, 248, 264, 296, 280, 312, 304, 344, 552, 544, 560, 520, 528)),
-    (3, 14): Structs(_INTERP, _LOCATIONS, 0, 1, 3, -24, 72, -1, 152, 160, 8, 0, 56, 74, 128, 112, 68, 136, 208, 192,
-                     16, 32, 16, 32, 40, 56, 808, 7688, 880,
-                     _debug(40, 208, 216, 224, 256, 264, 272, 288, 336, 320, 352, 344, 384, 632, 624, 640, 600, 608)),
-    (3, 15): Structs(_INTERP, _LOCATIONS, 0, 3, 3, -24, 72, -1, 176, 184, 8, 0, 56, 74, 128, 112, 68, 136, 208, 192,
-                     16, 32, 16, 32, 40, 56, 936, 7592, 888,
-                     _debug(40, 208, 240, 248, 320, 328, 336, 352, 400, 384, 416, 408, 448, 728, 720, 736, 696, 704)),
+    (3, 9): Structs(_OBJECT, _LNOTAB, 1, 0, 0, -24, 24, -1,
+                    24, 32, 104, -1, 112, 104, 40, 120, -1, -1, 16, 32, 16, 32, 48, 72, 32, 856, 864),
+    (3, 10): Structs(_OBJECT, _PAIRS, 2, 0, 0, -24, 24, -1,
+                     24, 32, 96, -1, 112, 104, 40, 120, -1, -1, 16, 32, 16, 32, 48, 72, 32, 856, 872),
+    (3, 11): Structs(_INTERP, _LOCATIONS, 0, 0, 3, -24, 56, 8,
+                     48, 32, 56, 69, 128, 112, 72, 136, 184, 168, 16, 32, 16, 32, 48, 72, 40, 888, 872),
+    (3, 12): Structs(_INTERP, _LOCATIONS, 0, 0, 3, -24, 56, 0,
+                     8, 0, 56, 70, 128, 112, 68, 136, 192, 176, 16, 32, 16, 32, 40, 56, 40, 944, 880),
+    (3, 13): Structs(_INTERP, _LOCATIONS, 0, 0, 3, -24, 72, -1, 8, 0, 56, 70, 128, 112, 68, 136, 200, 184, 16, 32, 16, 32, 40, 56, 632, 7656, 880,
+                     _debug(40, 184, 232, 240, 248, 264, 296, 280, 312, 304, 344, 552, 544, 560, 520, 528)),
+    (3, 14): Structs(_INTERP, _LOCATIONS, 0, 1, 3, -24, 72, -1, 8, 0, 56, 74, 128, 112, 68, 136, 208, 192, 16, 32, 16, 32, 40, 56, 808, 7688, 880,
+                     _debug(40, 208, 256, 264, 272, 288, 336, 320, 352, 344, 384, 632, 624, 640, 600, 608)),
+    (3, 15): Structs(_INTERP, _LOCATIONS, 0, 3, 3, -24, 72, -1, 8, 0, 56, 74, 128, 112, 68, 136, 208, 192, 16, 32, 16, 32, 40, 56, 936, 7592, 888,
+                     _debug(40, 208, 320, 328, 336, 352, 400, 384, 416, 408, 448, 728, 720, 736, 696, 704)),
 }
 
 DEBUG_COOKIE = b"xdebugpy"  # _Py_DebugOffsets starts with it (3.13+)

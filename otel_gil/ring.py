@@ -107,8 +107,7 @@ class PyLayout(ctypes.Structure):
         ("skip_owner", ctypes.c_uint8),
         ("reserved", ctypes.c_uint8),
         *((name, ctypes.c_int32) for name in (
-            "gil_last_holder", "tstate_frame", "cframe_frame", "tstate_thread_id", "tstate_native_id",
-            "frame_previous", "frame_code", "frame_instr", "frame_owner", "code_name", "code_filename",
+            "gil_last_holder", "tstate_frame", "cframe_frame", "frame_previous", "frame_code", "frame_instr", "frame_owner", "code_name", "code_filename",
             "code_firstlineno", "code_linetable", "code_code", "code_firsttraceable", "bytes_size", "bytes_data",
             "str_length", "str_state", "str_ascii_data", "str_compact_data")),
         ("reserved2", _u32),
@@ -145,6 +144,7 @@ class Slot(ctypes.Structure):
         ("wait_acq_mark", _u64),
         ("forced_waits", _u64),
         ("forced_acq_mark", _u64),
+        ("tstate", _u64),
     ]
 
 
@@ -361,6 +361,12 @@ def _frame(f: FrameRecord) -> Frame:
                  f.line or None)
 
 
+def location_of(record: LocationRecord) -> Location:
+    """The :class:`Location` a record holds."""
+    frames = tuple(_frame(record.frames[i]) for i in range(min(record.nframes, LOC_FRAMES)))
+    return Location(frames, tuple(name for i, name in enumerate(LOC_WHY_NAMES) if record.why & 1 << i))
+
+
 def _libc_mmap():
     libc = ctypes.CDLL(None, use_errno=True)
     fn = libc.mmap
@@ -505,8 +511,7 @@ class Ring:
         copy = LocationRecord.from_buffer_copy(live)
         if live.seq != done:  # overwritten while copied
             return None
-        frames = tuple(_frame(copy.frames[i]) for i in range(min(copy.nframes, LOC_FRAMES)))
-        return Location(frames, tuple(name for i, name in enumerate(LOC_WHY_NAMES) if copy.why & 1 << i))
+        return location_of(copy)
 
     def threads(self) -> Iterator[Slot]:
         """Consistent copies of every occupied slot."""

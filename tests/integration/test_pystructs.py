@@ -42,9 +42,7 @@ int main(void) {
     P("tstate_frame", offsetof(PyThreadState, frame));
     P("cframe_frame", -1);
 #endif
-    P("tstate_thread_id", offsetof(PyThreadState, thread_id));
 #if PY_VERSION_HEX >= 0x030B0000
-    P("tstate_native_id", offsetof(PyThreadState, native_thread_id));
     P("frame_previous", offsetof(_PyInterpreterFrame, previous));
 #if PY_VERSION_HEX >= 0x030D0000
     P("frame_code", offsetof(_PyInterpreterFrame, f_executable));
@@ -58,7 +56,6 @@ int main(void) {
     P("code_code", offsetof(PyCodeObject, co_code_adaptive));
     P("code_firsttraceable", offsetof(PyCodeObject, _co_firsttraceable));
 #else
-    P("tstate_native_id", -1);
     P("frame_previous", offsetof(PyFrameObject, f_back));
     P("frame_code", offsetof(PyFrameObject, f_code));
     P("frame_instr", offsetof(PyFrameObject, f_lasti));
@@ -91,8 +88,6 @@ int main(void) {
 #if PY_VERSION_HEX >= 0x030D0000
     D("interpreters_head", runtime_state.interpreters_head);
     D("tstate_frame", thread_state.current_frame);
-    D("tstate_thread_id", thread_state.thread_id);
-    D("tstate_native_id", thread_state.native_thread_id);
     D("frame_previous", interpreter_frame.previous);
     D("frame_code", interpreter_frame.executable);
     D("frame_instr", interpreter_frame.instr_ptr);
