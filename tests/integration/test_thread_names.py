@@ -23,8 +23,12 @@ def test_report_falls_back_to_proc_names_with_a_note(monkeypatch):
                               stdout=subprocess.PIPE, text=True)
     try:
         assert target.stdout.readline().startswith("ready")
-        target.send_signal(signal.SIGUSR1)  # its bursts: GIL hand-offs to capture
-        captured = report.capture(target.pid, 1.0, progress=lambda message: None)
+
+        def progress(message: str) -> None:  # its bursts, once attached: GIL hand-offs to capture
+            if message.startswith("capturing"):
+                target.send_signal(signal.SIGUSR1)
+
+        captured = report.capture(target.pid, 1.0, progress=progress)
         comm = {int(tid): open(f"/proc/{target.pid}/task/{tid}/comm").read().strip()
                 for tid in os.listdir(f"/proc/{target.pid}/task")}
     finally:
