@@ -263,10 +263,27 @@ def churn(tracer, args) -> dict:
     return {"threads": args.threads, "slot_overflows": ring.header.slot_overflows if ring else None}
 
 
+def _other_threads_off_the_gil(timeout_s: float = 10.0) -> None:
+    """Wait until no other thread of this process waits on a futex (the GIL's condition
+    variable is one): a fork with no CPython at-fork reinit (uWSGI's default) copies a waiter
+    count into the child's GIL condition variable, whose next signal then waits for good
+    (glibc quiesces waiters that do not exist there), otel-gil or not. uWSGI forks before
+    threads start; here the collector backend's registrar may still be finishing its work."""
+    me, deadline = threading.get_native_id(), time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        waiting = [tid for tid in os.listdir("/proc/self/task") if int(tid) != me
+                   and "futex" in open(f"/proc/self/task/{tid}/wchan").read()]
+        if not waiting:
+            return
+        time.sleep(0.01)
+    raise RuntimeError(f"threads {waiting} still wait on a futex: a C fork now could hang the child")
+
+
 def cfork(tracer, args) -> dict:
     """A fork made by C code, as uWSGI makes its workers (here libc's fork through PyDLL,
     the GIL held): no Python at-fork hook runs in the child. The child's spans each hold
     the GIL 5 ms (truth.hold_ns) and come back through a pipe."""
+    _other_threads_off_the_gil()
     r, w = os.pipe()
     pid = _gil_holding_libc.fork()
     if pid == 0:
