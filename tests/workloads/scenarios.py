@@ -38,6 +38,8 @@ def finished_spans() -> list[dict]:
         {
             "name": s.name,
             "span_id": f"{s.context.span_id:016x}",
+            "parent_id": f"{s.parent.span_id:016x}" if s.parent else None,
+            "end_ns": s.end_time,
             "attributes": dict(s.attributes),
             "events": [{"name": e.name, "timestamp": e.timestamp, "attributes": dict(e.attributes)} for e in s.events],
             "duration_ns": s.end_time - s.start_time,
@@ -92,14 +94,16 @@ def hog_and_victim(tracer, args) -> dict:
         with tracer.start_as_current_span("hog"):
             ready.wait()
             time.sleep(0.05)
+            code = sys._getframe().f_code
             for _ in range(args.bursts):
                 t_write = time.monotonic_ns()
                 _gil_holding_libc.write(w, b"x", 1)
-                t0 = time.monotonic_ns()
-                _gil_holding_libc.usleep(args.burst_ms * 1000)
+                t0, line = time.monotonic_ns(), sys._getframe().f_lineno + 1
+                _gil_holding_libc.usleep(args.burst_ms * 1000)  # the hold ends right after: its location
                 t1 = time.monotonic_ns()
                 truth["bursts_ns"].append(t1 - t0)
                 truth["victim_wait_ns"] += t1 - t_write
+                truth["hog_code"] = [getattr(code, "co_qualname", code.co_name), code.co_filename, line]
                 time.sleep(args.gap_ms / 1000)
         done.wait()
         release.wait()
@@ -125,6 +129,7 @@ def hog_and_victim(tracer, args) -> dict:
     flush.join()
     _wait_gone([flush])
     truth["metrics_flushed"] = read_metrics()
+    truth["switch_interval_ms"] = sys.getswitchinterval() * 1000  # the wait spans' default threshold
     return truth
 
 
