@@ -304,13 +304,10 @@ def end_wrapper(wrapped, instance: Span, args, kwargs):
         now = min(now, start.mono_ns + max(end_time - start.wall_ns, 0))
     try:
         attrs, events = figures(start, instance.start_time, end_time, now)
-        waits, dropped = wait_spans.pick(events)
-        if dropped:
-            attrs["gil.wait_spans.dropped"] = dropped
         _set_attributes(instance, attrs)
         for name, attributes, timestamp, _ in events:
             instance.add_event(name, attributes, timestamp)
-        wait_spans.emit(instance, waits)
+        wait_spans.emit(instance, wait_spans.pick(events))
         if start.metrics is not None and instance.kind is SpanKind.SERVER and "gil.wait_ratio" in attrs:
             record_server_span(start, instance, attrs["gil.wait_ratio"])
     except Exception:

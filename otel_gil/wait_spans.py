@@ -5,8 +5,9 @@ Made when the parent ends (its waits are then known from the ring), with the wai
 start and end, the attributes of its ``gil.wait`` event (who held the GIL, and where),
 through the parent's span processor (the provider's exporters see them like any span)
 and under otel_gil's instrumentation scope. They bypass otel-gil's span hooks: a wait
-span gets no GIL figures and no wait spans of its own. At most :data:`MAX_PER_SPAN` per
-span, the longest; the parent counts the rest in ``gil.wait_spans.dropped``.
+span gets no GIL figures and no wait spans of its own. They are as many as the span's
+``gil.wait`` events at most: the 16 long waits a thread's slot keeps (``RING_LEN``; the
+parent's ``gil.long_waits_dropped`` counts the rest).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from opentelemetry.trace import SpanContext, SpanKind
 
 from otel_gil.version import __version__
 
-MAX_PER_SPAN = 32
 NAME = "gil.wait"
 _SCOPE = InstrumentationScope("otel_gil", __version__)
 _ids = RandomIdGenerator()
@@ -31,14 +31,9 @@ def configure(threshold_ms: float) -> None:
     threshold_ns = max(int(threshold_ms * 1e6), 0)
 
 
-def pick(events: list[tuple[str, dict, int, int]]) -> tuple[list[tuple[str, dict, int, int]], int]:
-    """The waits (``figures``' events) that get a span, the longest first, and how many more would have."""
-    if not threshold_ns or not events:
-        return [], 0
-    long = [e for e in events if e[3] - e[2] >= threshold_ns]
-    if len(long) > MAX_PER_SPAN:
-        long.sort(key=lambda e: e[3] - e[2], reverse=True)
-    return long[:MAX_PER_SPAN], max(len(long) - MAX_PER_SPAN, 0)
+def pick(events: list[tuple[str, dict, int, int]]) -> list[tuple[str, dict, int, int]]:
+    """The waits (``figures``' events) that get a span."""
+    return [e for e in events if e[3] - e[2] >= threshold_ns] if threshold_ns else []
 
 
 def _original(name: str):
