@@ -64,6 +64,7 @@ test: host venv matrix rootfs tools wheels test-sdk-min
 bench: host venv
 	$(PY) -m pip install -q -c constraints.txt -e '.[bench]'
 	$(SUDO) $(PY) bench/handoff.py --rounds 5
+	$(SUDO) $(PY) bench/longhold.py --rounds 5
 	$(SUDO) $(PY) bench/spancost.py --spans 2000 --blocks 30 --rounds 5
 	$(SUDO) $(PY) bench/webload.py --rounds 20 --seconds 2
 	$(SUDO) $(PY) bench/peers.py --rounds 3 --seconds 5

@@ -20,7 +20,9 @@ in a SimpleSpanProcessor to an exporter that drops spans:
   server             a server span (kind SERVER, http.route), the SDK alone
   server+otel-gil    the same with otel-gil's C hooks and metrics: the figures, and
                      the span's wait ratio counted into the gil.wait_ratio histogram
-The hooks on Span.start and Span.end are put on and taken off between blocks, as a mode needs.
+The hooks on Span.start and Span.end are put on and taken off between blocks, as a mode needs;
+gil.wait child spans are on at their default threshold (the switch interval), as the
+instrumentor leaves them: these spans have no wait that long, and must pay nothing for them.
 Each round is a fresh process; a round's figure per mode is its median block,
 the cost is the median over rounds of (mode - otel). Writes the section "span
 cost" of bench/RESULTS.md and the raw runs to bench/out/spancost.json.
@@ -50,6 +52,8 @@ from opentelemetry.trace import SpanKind
 from otel_gil.inprocess import InProcess
 from otel_gil.metrics import GilMetrics
 from otel_gil.spans import GilSpanProcessor, hook_provider, unwrap_span, wrap_span
+from otel_gil import wait_spans
+wait_spans.configure(sys.getswitchinterval() * 1e3)  # on, at its default, as the instrumentor sets it
 
 class Drop(SpanExporter):
     last = None

@@ -226,7 +226,7 @@ def wait_for_spans(service: str, operation: str, count: int, timeout: float = 30
     """Poll Jaeger until ``count`` spans of ``operation`` arrived (exports are batched)."""
     deadline = time.monotonic() + timeout
     while True:
-        spans = jaeger_spans(service, operation, since_us=since_us)
-        if len(spans) >= count or time.monotonic() > deadline:
+        spans = jaeger_spans(service, operation, since_us=since_us)  # whole traces: their gil.wait spans too
+        if sum(s["operationName"] == operation for s in spans) >= count or time.monotonic() > deadline:
             return spans
         time.sleep(0.5)

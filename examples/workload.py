@@ -2,7 +2,7 @@
 
 The routes' work (``io_bound``, ``cpu_bound``, ``slow_c``) and the culprit of the
 "Is it me, or the GIL?" talk: a background ``metrics-collector`` thread that, on a
-timer, crunches numbers in pure Python and so holds the GIL. Every request thread
+timer, crunches numbers in pure Python (``compute_stats``) and so holds the GIL. Every request thread
 that comes back from a blocking call must then wait for the GIL.
 
 The hog starts lazily, on a process's first request (``ensure_hog``), so that each
@@ -32,9 +32,12 @@ def _env_seconds(name: str, default_ms: float) -> float:
     return float(os.environ.get(name, default_ms)) / 1000
 
 
-def _crunch() -> int:
-    """A few microseconds of pure-Python arithmetic: the GIL is held throughout."""
-    return sum(i * i for i in range(100))
+def compute_stats(samples: int = 100) -> int:
+    """A few microseconds of pure-Python arithmetic (the metrics' aggregation): the GIL is held throughout."""
+    total = 0
+    for i in range(samples):
+        total += i * i
+    return total
 
 
 def _metrics_collector(busy: float, period: float) -> None:
@@ -43,7 +46,7 @@ def _metrics_collector(busy: float, period: float) -> None:
     while True:
         until = next_round + busy
         while time.monotonic() < until:
-            _crunch()
+            compute_stats()
         next_round += period
         time.sleep(max(next_round - time.monotonic(), 0.001))
 
@@ -71,7 +74,7 @@ def cpu_bound() -> str:
     """20 ms of this thread's CPU time in pure Python: longer in wall time when the GIL is contended."""
     until, rounds = time.thread_time() + 0.02, 0
     while time.thread_time() < until:
-        _crunch()
+        compute_stats()
         rounds += 1
     return f"cpu done ({rounds} rounds)\n"
 

@@ -17,6 +17,12 @@
  * never the saved GOT value, which on lazy-binding builds is a PLT stub whose
  * resolver would overwrite the hook.
  *
+ * A logged hold also records where the releasing thread's Python code was
+ * (otel_gil/gil_location.h, the collector's code too), read with plain loads
+ * through the struct offsets of otel_gil/pystructs.py: set_layout() takes them
+ * only once locate_self() read this thread's own frames through them with reads
+ * that cannot fault (a pipe), and the caller found them right.
+ *
  * Each slot is written only by its own thread, under the seqlock readers retry
  * on. The ring is allocated once per process and never freed, so a reader or a
  * wrapper still running across uninstall() never touches unmapped memory.
@@ -28,6 +34,7 @@
 #include <Python.h>
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <elf.h>
 #include <link.h>
 #include <linux/types.h> /* the __u32/__u64 of gil_layout.h */
@@ -121,6 +128,26 @@ static inline struct gil_hold_page *hold_page(void *slots, unsigned page)
 /* tid and flags share one 8-byte word: the slot is free while both are 0. */
 static inline uint64_t *owner_word(struct gil_slot *s) { return (uint64_t *)&s->tid; }
 
+/* Reads of the interpreter's memory for a location: plain loads, except while
+ * locate_self() checks a layout, when a bad address fails instead of faulting. */
+static int checking = -1; /* a pipe's write end while locate_self() runs, else -1 */
+static int check_reads;   /* its read end */
+
+static int checked_read(void *dst, size_t n, uint64_t src)
+{
+	if (write(checking, (const void *)(uintptr_t)src, n) != (ssize_t)n)
+		return -1; /* EFAULT: not mapped */
+	return read(check_reads, dst, n) == (ssize_t)n ? 0 : -1;
+}
+
+static inline int read_memory(void *dst, size_t n, uint64_t src)
+{
+	if (__builtin_expect(checking >= 0, 0))
+		return checked_read(dst, n, src);
+	memcpy(dst, (const void *)(uintptr_t)src, n);
+	return 0;
+}
+
 /* The event logic both writers share, on this side's primitives. */
 #define GIL_INLINE static inline __attribute__((always_inline))
 #define GIL_SEQ_BUMP(s) seq_bump(s)
@@ -129,6 +156,20 @@ static inline uint64_t *owner_word(struct gil_slot *s) { return (uint64_t *)&s->
 #define GIL_PUBLISH(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 #define GIL_ATOMIC_ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_SEQ_CST)
 #define GIL_FREE_SLOT(s) __atomic_store_n(owner_word(s), 0, __ATOMIC_RELEASE)
+#define GIL_READ(dst, n, src) read_memory((dst), (n), (src))
+#define GIL_WHERE int /* unused here */
+#define GIL_LINE(py, code, addr, depth, where) PyCode_Addr2Line((PyCodeObject *)(uintptr_t)(code), (int)(addr))
+#include "gil_location.h"
+
+/* Where the releasing thread's code is, as hold `hold`'s location (under gil->mutex). */
+static void locate(struct gil_header *h, uint64_t hold, uint64_t tstate)
+{
+	struct gil_location *loc =
+		(struct gil_location *)(ring + (1 + nslots + GIL_HOLD_PAGES + (hold & (GIL_LOC_LEN - 1))) * sizeof(struct gil_slot));
+	gil_locate(h, loc, hold, tstate, 0);
+}
+
+#define GIL_LOCATE(slots, h, n, tstate, where) locate((h), (n), (tstate))
 #include "gil_writer.h"
 
 
@@ -205,7 +246,7 @@ static int hook_cond_signal(pthread_cond_t *cond)
 	struct gil_slot *s;
 	if (cond == gil_cond) {
 		if (active && (s = my_slot()) != NULL)
-			gil_on_release(ring, header(), s, (__u32)me.tid, now_ns());
+			gil_on_release(ring, header(), s, (__u32)me.tid, now_ns(), 0);
 	} else if (cond == switch_cond) {
 		if (active && (s = my_slot()) != NULL)
 			gil_on_acquire(header(), s, (__u32)me.tid, now_ns());
@@ -372,6 +413,8 @@ static void after_fork_child(void)
 	h->slot_overflows = h->exited_threads = h->exits_started = 0;
 	h->exited_wait_ns = h->exited_hold_ns = h->exited_acquisitions = h->exited_convoy_waits = 0;
 	h->held_total_ns = h->holds_written = h->acquisitions_total = h->last_acquired_ns = h->drop_request = 0;
+	h->locations_written = 0;
+	memset(h->location_misses, 0, sizeof(h->location_misses));
 	epoch++;
 }
 
@@ -381,7 +424,7 @@ static PyObject *Unsupported;
 
 static int allocate(uint32_t slots)
 {
-	size_t size = (size_t)(slots + 1 + GIL_HOLD_PAGES) * sizeof(struct gil_slot); /* header, slots, hold log */
+	size_t size = (size_t)(slots + 1 + GIL_HOLD_PAGES + GIL_LOC_LEN) * sizeof(struct gil_slot); /* header, slots, hold log, locations */
 	void *memory = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (memory == MAP_FAILED) {
 		PyErr_SetFromErrno(PyExc_OSError);
@@ -495,6 +538,7 @@ static PyObject *install(PyObject *module, PyObject *args, PyObject *kwds)
 	if (mine != NULL) {
 		seq_bump(mine);
 		mine->acquired_ns = now_ns();
+		mine->tstate = gil_acquired_for(header());
 		seq_bump(mine);
 		header()->holder_tid = (__u32)me.tid;
 		header()->last_acquired_ns = mine->acquired_ns;
@@ -507,6 +551,69 @@ static PyObject *uninstall(PyObject *module, PyObject *unused)
 	(void)module, (void)unused;
 	active = 0;
 	restore_got();
+	Py_RETURN_NONE;
+}
+
+/* A struct gil_py_layout from Python's bytes, with this process's type objects. */
+static int layout_from(PyObject *arg, struct gil_py_layout *layout)
+{
+	Py_buffer view;
+	if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) != 0)
+		return -1;
+	int ok = view.len == (Py_ssize_t)sizeof(*layout);
+	if (ok) {
+		memcpy(layout, view.buf, sizeof(*layout));
+		layout->code_type = (uint64_t)(uintptr_t)&PyCode_Type;
+		layout->str_type = (uint64_t)(uintptr_t)&PyUnicode_Type;
+		layout->bytes_type = (uint64_t)(uintptr_t)&PyBytes_Type;
+	}
+	PyBuffer_Release(&view);
+	if (!ok)
+		PyErr_Format(PyExc_ValueError, "a gil_py_layout is %zu bytes", sizeof(*layout));
+	return ok ? 0 : -1;
+}
+
+static PyObject *locate_self(PyObject *module, PyObject *arg)
+{
+	(void)module;
+	struct gil_header h;
+	struct gil_location loc;
+	int fds[2];
+	if (gil_cond == NULL) {
+		PyErr_SetString(PyExc_RuntimeError, "install() first: the GIL's condition variables are not known");
+		return NULL;
+	}
+	memcpy(&h, header(), sizeof(h));
+	if (layout_from(arg, &h.py) != 0)
+		return NULL;
+	if (pipe2(fds, O_CLOEXEC) != 0)
+		return PyErr_SetFromErrno(PyExc_OSError);
+	memset(&loc, 0, sizeof(loc));
+	checking = fds[1], check_reads = fds[0];
+	gil_locate(&h, &loc, 0, gil_acquired_for(&h), 0); /* with the GIL held: last_holder is ours */
+	checking = -1;
+	close(fds[0]);
+	close(fds[1]);
+	return PyBytes_FromStringAndSize((const char *)&loc, sizeof(loc));
+}
+
+static PyObject *set_layout(PyObject *module, PyObject *arg)
+{
+	(void)module;
+	struct gil_py_layout layout;
+	if (ring == NULL) {
+		PyErr_SetString(PyExc_RuntimeError, "install() first: no ring");
+		return NULL;
+	}
+	if (layout_from(arg, &layout) != 0)
+		return NULL;
+	header()->py = layout; /* with the GIL held: no release runs gil_locate meanwhile */
+	struct gil_slot *mine = active ? my_slot() : NULL;
+	if (mine != NULL) { /* the other threads' slots learn their state at their next acquisition */
+		seq_bump(mine);
+		mine->tstate = gil_acquired_for(header());
+		seq_bump(mine);
+	}
 	Py_RETURN_NONE;
 }
 
@@ -543,6 +650,11 @@ static PyMethodDef methods[] = {
 	{"install", (PyCFunction)(void (*)(void))install, METH_VARARGS | METH_KEYWORDS,
 	 "install(nslots, long_wait_ns, convoy_ns) -> (address, size): hook the GIL's hand-offs (GIL held)."},
 	{"uninstall", uninstall, METH_NOARGS, "Restore the original GOT entries; the ring stays mapped."},
+	{"locate_self", locate_self, METH_O,
+	 "locate_self(layout) -> bytes: the calling thread's struct gil_location read through a struct gil_py_layout "
+	 "(bytes), with reads that fail instead of faulting; the ring is not touched."},
+	{"set_layout", set_layout, METH_O,
+	 "set_layout(layout): logged holds record their location through this struct gil_py_layout (bytes)."},
 	{"got_entries", got_entries, METH_NOARGS, "The GOT entries hooked: symbol, address, value, original, relro."},
 	{"forks", fork_count, METH_NOARGS, "How many fork()s, by any caller, this process came out of."},
 	{"object", object, METH_NOARGS, "The ELF object whose GOT is hooked."},

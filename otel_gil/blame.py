@@ -10,6 +10,7 @@ against each other, not derived from one another.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Optional
 
@@ -26,6 +27,9 @@ class Blame:
     held_by: list[tuple[int, int]]  # (tid, ns held during the wait), most first
     unrecorded_ns: int  # held in holds too short for the log (or overwritten in it)
     handoff_ns: int  # the GIL was free: the waiter was being woken
+    # Where the longest holder was when it released the GIL at the end of its hold that
+    # overlapped the wait most; None if no hold was logged or its location is gone from the ring.
+    location: Optional[ringlib.Location] = None
 
     @property
     def blocker(self) -> tuple[int, int]:
@@ -36,20 +40,34 @@ class Blame:
 class HoldLog:
     """Holds of the process's hold log, in log order, to blame several waits on."""
 
-    def __init__(self, holds: list[ringlib.Hold]) -> None:
+    def __init__(self, holds: list[ringlib.Hold], ring: Optional[ringlib.Ring] = None) -> None:
         self.holds = holds
         self._ends = [h.end_ns for h in holds]
+        self._ring = ring  # where the holds' locations are read (none without it)
 
     @classmethod
     def read(cls, ring: ringlib.Ring, since_ns: int) -> "HoldLog":
         """The holds of ``ring`` that ended after ``since_ns``."""
-        return cls(ring.holds_since(since_ns)[0])
+        return cls(ring.holds_since(since_ns)[0], ring)
 
     def blame(self, wait: ringlib.Wait) -> Blame:
         held = ringlib.held_during(self.holds, self._ends, wait.start_ns, wait.end_ns)
         by_time = sorted(held.items(), key=lambda item: item[1], reverse=True)
         length = wait.end_ns - wait.start_ns
-        return Blame(wait, by_time, max(wait.held_ns - sum(held.values()), 0), length - wait.held_ns)
+        location = self._location(by_time[0][0], wait) if by_time and self._ring is not None else None
+        return Blame(wait, by_time, max(wait.held_ns - sum(held.values()), 0), length - wait.held_ns, location)
+
+    def _location(self, tid: int, wait: ringlib.Wait) -> Optional[ringlib.Location]:
+        """The location of ``tid``'s hold that overlapped ``wait`` most."""
+        best, most = None, 0
+        for i in range(bisect_right(self._ends, wait.start_ns), len(self.holds)):
+            h = self.holds[i]
+            if h.start_ns >= wait.end_ns:
+                break
+            overlap = min(h.end_ns, wait.end_ns) - max(h.start_ns, wait.start_ns)
+            if h.tid == tid and overlap > most:
+                best, most = h, overlap
+        return self._ring.location(best.index) if best is not None else None
 
 
 def _ms(ns: int) -> float:
@@ -84,6 +102,9 @@ def event_attributes(b: Blame, who, span_of=None) -> dict:
         attrs["gil.blockers.thread.name"] = [who(t)[1] or str(t) for t, _ in listed]
         attrs["gil.blockers.hold_ms"] = [_ms(ns) for _, ns in listed]
         attrs["gil.blockers.others_ms"] = _ms(sum(ns for _, ns in b.held_by[LISTED:]))
+        attrs.update(code_attributes("gil.blocker", b.location))
+        if b.location is not None and b.location.frames:
+            attrs["gil.blocker.code.stacktrace"] = stacktrace(b.location)
     attrs["gil.blockers.unrecorded_ms"] = _ms(b.unrecorded_ns)
     attrs["gil.handoff_ms"] = _ms(b.handoff_ns)
     if b.wait.forced:
@@ -98,3 +119,38 @@ def top_blocker(blames: list[Blame]) -> Optional[tuple[int, int]]:
         for tid, ns in b.held_by:
             total[tid] = total.get(tid, 0) + ns
     return max(total.items(), key=lambda item: item[1]) if total else None
+
+
+def code_attributes(prefix: str, location: Optional[ringlib.Location]) -> dict:
+    """The ``code.*`` attributes (OpenTelemetry semantic conventions) of a location's innermost
+    frame, under ``prefix``; none for what was not read (never an empty name or a line 0)."""
+    if location is None or not location.frames:
+        return {}
+    frame = location.frames[0]
+    attrs = {f"{prefix}.code.function.name": frame.function, f"{prefix}.code.file.path": frame.file}
+    if frame.line:
+        attrs[f"{prefix}.code.line.number"] = frame.line
+    return attrs
+
+
+def stacktrace(location: ringlib.Location) -> str:
+    """A location's frames, innermost first, one a line: ``function (file:line)`` (``?``: line unknown)."""
+    return "\n".join(f"{f.function} ({f.file}:{f.line or '?'})" for f in location.frames)
+
+
+def top_location(blames: list[Blame], tid: int) -> Optional[ringlib.Location]:
+    """Where thread ``tid`` was at the end of the holds that blocked these waits longest, by
+    innermost frame (summed over the waits it blocked most); None if none was read."""
+    held: dict[ringlib.Frame, int] = {}
+    found: dict[ringlib.Frame, ringlib.Location] = {}
+    for b in blames:
+        if b.held_by and b.held_by[0][0] == tid and b.location is not None and b.location.frames:
+            frame = b.location.frames[0]
+            held[frame] = held.get(frame, 0) + b.held_by[0][1]
+            found.setdefault(frame, b.location)
+    return found[max(held, key=held.__getitem__)] if held else None
+
+
+def unlocated(blames: list[Blame]) -> int:
+    """Waits whose longest holder's hold was logged but whose location could not be read."""
+    return sum(1 for b in blames if b.held_by and (b.location is None or not b.location.frames))

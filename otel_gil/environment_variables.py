@@ -6,6 +6,10 @@ OTEL_GIL_SOCKET = "OTEL_GIL_SOCKET"
 OTEL_GIL_LONG_WAIT_MS = "OTEL_GIL_LONG_WAIT_MS"
 """Waits at least this long become ``gil.wait`` span events (default 1)."""
 
+OTEL_GIL_WAIT_SPANS_MS = "OTEL_GIL_WAIT_SPANS_MS"
+"""Waits at least this long also become ``gil.wait`` child spans (default: the interpreter's
+switch interval, ``sys.getswitchinterval()``, 5 ms unless changed); 0 turns them off."""
+
 OTEL_GIL_REGISTER_TIMEOUT_S = "OTEL_GIL_REGISTER_TIMEOUT_S"
 """How long ``instrument()`` waits for the first registration before going on (default 2)."""
 

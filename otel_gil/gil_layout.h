@@ -9,7 +9,9 @@
  *
  * After the slots, entries nslots+1 .. nslots+GIL_HOLD_PAGES hold the process's
  * hold log (struct gil_hold_page): the recent GIL holds of every thread, for
- * blame by time held (which threads held the GIL during a long wait).
+ * blame by time held (which threads held the GIL during a long wait). Then
+ * GIL_LOC_LEN entries hold one struct gil_location each: where the holder's
+ * Python code was when it released the GIL, for the newest logged holds.
  *
  * Two writers fill this layout: the collector (collector/otel_gil_collector/gil.bpf.c, eBPF
  * uprobes) and the in-process backend (otel_gil/_inprocess.c, GOT hooks). Both
@@ -20,7 +22,7 @@
 #define OTEL_GIL_LAYOUT_H
 
 #define GIL_MAGIC 0x004c49474c45544fULL /* "OTELGIL\0", little-endian */
-#define GIL_LAYOUT_VERSION 5
+#define GIL_LAYOUT_VERSION 6
 #define GIL_HIST_BUCKETS 32 /* bucket i counts waits in [2^i, 2^(i+1)) ns */
 #define GIL_RING_LEN 16     /* long waits, and long holds, kept per thread */
 #define GIL_PROBE_LEN 16    /* open-addressing window searched for a tid */
@@ -28,11 +30,34 @@
 #define GIL_HOLDS_PER_PAGE 32  /* holds per array entry (a power of 2) */
 #define GIL_HOLD_PAGES (GIL_HOLD_LOG_LEN / GIL_HOLDS_PER_PAGE)
 #define GIL_HOLD_RECORD_NS 100000ULL /* header.hold_record_ns both writers set: holds logged one by one */
+#define GIL_LOC_LEN 1024    /* locations kept, of the newest logged holds (a power of 2) */
+#define GIL_LOC_FRAMES 4    /* innermost Python frames kept per location */
+#define GIL_LOC_NAME 64     /* bytes kept of a function's name: its start */
+#define GIL_LOC_FILE 144    /* bytes kept of a file's path: its end */
 
 #define GIL_SLOT_IN_TAKE_GIL 1 /* slot.flags: inside take_gil, cond addresses not yet learned */
 #define GIL_SLOT_FORCED 2      /* slot.flags: the open wait began at a requested release (FORCED) */
 #define GIL_SLOT_UNCHECKED 4   /* slot.flags: ... and STALE_CHECK has not run on it yet (readers skip it) */
 #define GIL_WAIT_FORCED 1      /* gil_long_wait.flags: this wait began at a forced switch */
+
+/* gil_location.why: why a location has no frame, or fewer frames or lines than it
+ * could have (header.location_misses counts each, by its index here). */
+#define GIL_LOC_NO_LAYOUT 0  /* no struct offsets for this interpreter (header.py.minor == 0) */
+#define GIL_LOC_HOLDER 1     /* gil->last_holder is not the state the releasing thread acquired for */
+#define GIL_LOC_NO_FRAME 2   /* the thread runs no Python code (exiting, or C only) */
+#define GIL_LOC_UNREADABLE 3 /* a read of the interpreter's memory failed */
+#define GIL_LOC_NOT_CODE 4   /* a frame's code is not a code object */
+#define GIL_LOC_NOT_STR 5    /* a name or path is not a compact str */
+#define GIL_LOC_NO_LINE 6    /* a line is past the part of the line table a writer decodes */
+#define GIL_LOC_WHYS 8
+
+/* header.py.frame_kind: how a thread's frames are kept. */
+#define GIL_FRAME_OBJECT 1 /* PyFrameObject chain, int f_lasti (3.9, 3.10) */
+#define GIL_FRAME_INTERP 2 /* _PyInterpreterFrame chain, an instruction pointer (3.11+) */
+/* header.py.line_format: how a code object maps instructions to lines. */
+#define GIL_LINES_LNOTAB 1    /* co_lnotab: (byte delta, line delta) pairs (3.9) */
+#define GIL_LINES_PAIRS 2     /* co_linetable: (byte delta, line delta or -128) pairs (3.10) */
+#define GIL_LINES_LOCATIONS 3 /* co_linetable: the location table of PEP 657 (3.11+) */
 
 struct gil_long_wait {
 	__u64 start_ns;
@@ -61,6 +86,72 @@ struct gil_hold_page {
 	struct gil_hold holds[GIL_HOLDS_PER_PAGE];
 };
 
+/* Where a thread's Python code was: one frame, strings as CPython keeps them (PEP 393). */
+struct gil_frame {
+	__u32 line;      /* the line being run; 0 = unknown (gil_location.why says why) */
+	__u8 name_kind;  /* bytes per character of name[]: 1 (latin-1), 2 (UCS-2), 4 (UCS-4) */
+	__u8 file_kind;  /* ... of file[] */
+	__u16 reserved;  /* 0 */
+	__u32 name_len;  /* characters of the function's whole name (co_qualname; co_name before
+	                  * 3.11); name[] holds its first min(name_len * name_kind, GIL_LOC_NAME) bytes */
+	__u32 file_len;  /* characters of the whole path (co_filename); file[] holds its last
+	                  * min(file_len * file_kind, GIL_LOC_FILE) bytes */
+	char name[GIL_LOC_NAME];
+	char file[GIL_LOC_FILE];
+};
+
+/* The location of hold h of the hold log: entry nslots + 1 + GIL_HOLD_PAGES + h % GIL_LOC_LEN.
+ * Written at that hold's RELEASE by the releasing thread (under gil->mutex): seq = 2h + 1,
+ * the rest, then seq = 2h + 2 with release ordering; a reader trusts a copy made between
+ * two reads of seq == 2h + 2. */
+struct gil_location {
+	__u64 seq;
+	__u32 nframes; /* frames[0] is the innermost Python frame */
+	__u32 why;     /* 1 << GIL_LOC_*: what kept frames or lines out (0: nothing; up to
+	                * GIL_LOC_FRAMES frames of a deeper stack are kept without a why) */
+	struct gil_frame frames[GIL_LOC_FRAMES];
+};
+
+#define GIL_OB_TYPE 8 /* PyObject.ob_type, in every release build */
+
+/* Where the interpreter keeps what a location is read from, for this process's CPython
+ * (otel_gil/pystructs.py has the table; whoever creates the ring fills this in). Offsets
+ * are from the start of the struct named; -1: the field does not exist in this version. */
+struct gil_py_layout {
+	__u16 minor;          /* CPython 3.minor; 0: no locations (why: GIL_LOC_NO_LAYOUT) */
+	__u8 frame_kind;      /* GIL_FRAME_* */
+	__u8 line_format;     /* GIL_LINES_* */
+	__u8 lasti_scale;     /* GIL_FRAME_OBJECT: bytes of code per f_lasti unit (1 on 3.9, 2 on 3.10) */
+	__u8 code_tag_bits;   /* low bits of the frame's code pointer that are tags (_PyStackRef, 3.14+) */
+	__u8 skip_owner;      /* GIL_FRAME_INTERP: frames whose owner is at least this are the
+	                       * interpreter's own (C stack, entry frames), not Python code; 0: none */
+	__u8 reserved;
+	__s32 gil_last_holder;   /* &gil->last_holder - &gil->cond: the thread state take_gil acquired for,
+	                          * and drop_gil releases for */
+	__s32 tstate_frame;      /* PyThreadState: frame (3.9, 3.10), cframe (3.11, 3.12), current_frame (3.13+) */
+	__s32 cframe_frame;      /* _PyCFrame.current_frame where tstate_frame is cframe; else -1 */
+	__s32 frame_previous;    /* f_back / previous */
+	__s32 frame_code;        /* f_code / f_executable */
+	__s32 frame_instr;       /* f_lasti (int) / prev_instr (3.11, 3.12) / instr_ptr (3.13+) */
+	__s32 frame_owner;       /* owner (char; 3.11+) */
+	__s32 code_name;         /* co_qualname (3.11+), co_name before */
+	__s32 code_filename;
+	__s32 code_firstlineno;  /* int */
+	__s32 code_linetable;    /* co_linetable (3.10+), co_lnotab (3.9): a bytes object */
+	__s32 code_code;         /* co_code_adaptive: where the instructions start (3.11+) */
+	__s32 code_firsttraceable; /* _co_firsttraceable (int, 3.11+) */
+	__s32 bytes_size;        /* PyVarObject.ob_size */
+	__s32 bytes_data;        /* PyBytesObject.ob_sval */
+	__s32 str_length;        /* PyASCIIObject.length */
+	__s32 str_state;         /* PyASCIIObject.state: kind (bits 2-4), compact (5), ascii (6) */
+	__s32 str_ascii_data;    /* sizeof(PyASCIIObject): a compact ASCII string's characters */
+	__s32 str_compact_data;  /* sizeof(PyCompactUnicodeObject): other compact strings' */
+	__u32 reserved2;         /* 0 */
+	__u64 code_type;         /* &PyCode_Type, &PyUnicode_Type, &PyBytes_Type in this process */
+	__u64 str_type;
+	__u64 bytes_type;
+};
+
 struct gil_long_hold {
 	__u64 start_ns;
 	__u64 end_ns;
@@ -87,6 +178,9 @@ struct gil_slot {
 	__u64 wait_acq_mark;    /* WAIT: header.acquisitions_total at this thread's latest WAIT */
 	__u64 forced_waits;     /* waits that began at a requested release and stood (ACQUIRE) */
 	__u64 forced_acq_mark;  /* RELEASE that opened a forced wait: header.acquisitions_total then */
+	/* Layout 6 */
+	__u64 tstate;           /* ACQUIRE: gil->last_holder, the thread state take_gil acquired the GIL
+	                         * for (0 without header.py): a location is read from it only */
 };
 
 struct gil_header {
@@ -127,6 +221,10 @@ struct gil_header {
 	/* Layout 5: a thread's exit adds its figures to exited_* between exits_started += 1
 	 * and exited_threads += 1 (a reader trusts exited_* read between equal counts). */
 	__u64 exits_started;
+	/* Layout 6: which code held the GIL (struct gil_location, after the hold log). */
+	struct gil_py_layout py;
+	__u64 locations_written;                /* RELEASE of a logged hold: += 1 (gil->mutex) */
+	__u64 location_misses[GIL_LOC_WHYS];    /* locations with each GIL_LOC_* in their why */
 };
 
 #endif

@@ -36,6 +36,11 @@
  *   GIL_LOG2(x)                floor(log2(x)) of a __u64 x > 0
  *   GIL_ATOMIC_ADD(p, v)       an atomic add of v to the __u64 at p (threads exit concurrently)
  *   GIL_FREE_SLOT(s)           one store of 0 to s's tid and flags (the 8-byte word they share)
+ *   GIL_WHERE                  the type of the includer's own argument of RELEASE, passed on
+ *   GIL_LOCATE(slots, h, n, tstate, where)  record where the releasing thread's Python code is
+ *                              as hold n of the hold log is released (tstate: its slot's):
+ *                              gil_locate() into that hold's struct gil_location
+ * and gil_location.h before this file (gil_acquired_for).
  */
 #ifndef OTEL_GIL_WRITER_H
 #define OTEL_GIL_WRITER_H
@@ -58,13 +63,16 @@ GIL_INLINE void gil_slot_reset(struct gil_slot *s)
 	s->wait_acq_mark = 0;
 	s->forced_waits = 0;
 	s->forced_acq_mark = 0;
+	s->tstate = 0;
 	__builtin_memset(s->hist, 0, sizeof(s->hist));
 	GIL_SEQ_BUMP(s);
 }
 
 /* Append a hold to the process's hold log: the record first, then the count
- * that publishes it (readers trust records below the count they read). */
-GIL_INLINE void gil_log_hold(void *slots, struct gil_header *h, __u32 tid, __u64 start, __u64 end)
+ * that publishes it (readers trust records below the count they read); then
+ * where the releasing thread's code was (its struct gil_location). */
+GIL_INLINE void gil_log_hold(void *slots, struct gil_header *h, __u64 tstate, __u32 tid, __u64 start, __u64 end,
+				GIL_WHERE where)
 {
 	__u64 n = h->holds_written;
 	__u32 pos = n & (GIL_HOLD_LOG_LEN - 1);
@@ -76,11 +84,13 @@ GIL_INLINE void gil_log_hold(void *slots, struct gil_header *h, __u32 tid, __u64
 	rec->end_ns = end;
 	rec->tid = tid;
 	GIL_PUBLISH(&h->holds_written, n + 1);
+	GIL_LOCATE(slots, h, n, tstate, where);
 }
 
 /* RELEASE: close the hold (and log it); a release while take_gil has asked the
  * holder to drop the GIL (h->drop_request) opens the thread's own wait. */
-GIL_INLINE void gil_on_release(void *slots, struct gil_header *h, struct gil_slot *s, __u32 tid, __u64 now)
+GIL_INLINE void gil_on_release(void *slots, struct gil_header *h, struct gil_slot *s, __u32 tid, __u64 now,
+				GIL_WHERE where)
 {
 	GIL_SEQ_BUMP(s);
 	if (s->acquired_ns) {
@@ -94,7 +104,7 @@ GIL_INLINE void gil_on_release(void *slots, struct gil_header *h, struct gil_slo
 			s->long_holds++;
 		}
 		if (hold >= h->hold_record_ns)
-			gil_log_hold(slots, h, tid, s->acquired_ns, now);
+			gil_log_hold(slots, h, s->tstate, tid, s->acquired_ns, now, where);
 		s->acquired_ns = 0;
 	}
 	if (h->drop_request && !s->wait_start_ns) { /* FORCED */
@@ -154,6 +164,7 @@ GIL_INLINE void gil_on_acquire(struct gil_header *h, struct gil_slot *s, __u32 t
 	}
 	s->acquisitions++;
 	s->acquired_ns = now;
+	s->tstate = gil_acquired_for(h);
 	s->flags &= ~(GIL_SLOT_IN_TAKE_GIL | GIL_SLOT_FORCED);
 	GIL_SEQ_BUMP(s);
 	h->holder_tid = tid;

@@ -9,11 +9,13 @@ backend: ``ring``, ``status``, ``detail``, ``generation``.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import sys
+from typing import Optional
 
-from otel_gil import protocol
+from otel_gil import protocol, pystructs
 from otel_gil import ring as ringlib
 from otel_gil.client import PENDING, REGISTERED, RingState, gil_enabled
 
@@ -60,6 +62,9 @@ class InProcess(RingState):
             return self._fail(protocol.UNSUPPORTED_INTERPRETER, f"{exc}; the collector may trace it (OTEL_GIL_BACKEND=collector)")
         self._publish(ringlib.Ring(address, size), REGISTERED, "")
         log.info("otel-gil: tracing the GIL in-process (GOT hooks in %s)", _inprocess.object())
+        problem = _locate_through(pystructs.py_layout(sys.version_info[:2], 0, 0, 0))
+        if problem:
+            log.warning("otel-gil: GIL holds carry no code location (gil.blocker.code.*): %s", problem)
 
     def wait(self, timeout: float) -> bool:
         return True  # start() is synchronous
@@ -81,3 +86,37 @@ class InProcess(RingState):
         # The C side started the ring afresh for the child (same address); thread ids changed.
         self._pid = os.getpid()
         self.generation += 1
+
+
+def _locate_through(layout: ringlib.PyLayout) -> Optional[str]:
+    """Logged holds record their code location through ``layout`` if it reads this very
+    interpreter right: on 3.13+ its own _Py_DebugOffsets agree, and this thread's frames,
+    read through it with reads that fail instead of faulting, are what Python says they
+    are. Else none is recorded (every location says ``no_layout``); returns why."""
+    problem = _layout_problem(layout)
+    _inprocess.set_layout(bytes(ringlib.PyLayout() if problem else layout))
+    return problem
+
+
+def _layout_problem(layout: ringlib.PyLayout) -> Optional[str]:
+    structs = pystructs.for_version(sys.version_info[:2])
+    if structs is None or not layout.minor:
+        return f"no struct offsets for CPython {sys.version_info[0]}.{sys.version_info[1]} (otel_gil/pystructs.py)"
+    if hasattr(sys, "gettotalrefcount"):
+        return "a debug build (its objects are laid out otherwise)"
+    if structs.debug:
+        runtime = ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, "_PyRuntime"))
+        disagreement = pystructs.debug_offsets_disagree(structs, lambda at, size: ctypes.string_at(runtime + at, size))
+        if disagreement:
+            return disagreement
+    record, frame, line = _inprocess.locate_self(bytes(layout)), sys._getframe(), sys._getframe().f_lineno
+    seen = ringlib.location_of(ringlib.LocationRecord.from_buffer_copy(record))
+    expected = []
+    while frame is not None and len(expected) < len(seen.frames):
+        code = frame.f_code
+        expected.append(ringlib.Frame(getattr(code, "co_qualname", code.co_name), code.co_filename, line))
+        frame = frame.f_back
+        line = frame.f_lineno if frame is not None else 0
+    if not seen.frames or seen.missing or list(seen.frames) != expected:
+        return f"reading this thread's frames gave {seen}, Python says {expected}"
+    return None

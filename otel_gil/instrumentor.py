@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Collection, Optional
 
 from opentelemetry import metrics, trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-from otel_gil import backend, threads
-from otel_gil.environment_variables import OTEL_GIL_LONG_WAIT_MS, OTEL_GIL_NO_EXTENSIONS, OTEL_GIL_REGISTER_TIMEOUT_S
+from otel_gil import backend, threads, wait_spans
+from otel_gil.environment_variables import (
+    OTEL_GIL_LONG_WAIT_MS,
+    OTEL_GIL_NO_EXTENSIONS,
+    OTEL_GIL_REGISTER_TIMEOUT_S,
+    OTEL_GIL_WAIT_SPANS_MS,
+)
 from otel_gil.metrics import GilMetrics
 from otel_gil.package import _instruments
 from otel_gil.spans import GilSpanProcessor, hook_provider, unwrap_span
@@ -36,7 +42,8 @@ class GilInstrumentor(BaseInstrumentor):
     Kwargs of ``instrument()``: ``tracer_provider`` (default: the global one, which
     must be the SDK's), ``meter_provider`` (default: the global one), ``backend`` (``auto``, ``inprocess``
     or ``collector``; default ``$OTEL_GIL_BACKEND`` or auto), ``socket_path`` (default ``$OTEL_GIL_SOCKET``),
-    ``long_wait_ms`` and ``register_timeout_s`` (defaults from the environment).
+    ``long_wait_ms``, ``wait_spans_ms`` (0: no ``gil.wait`` child spans; default
+    ``$OTEL_GIL_WAIT_SPANS_MS``, else the switch interval) and ``register_timeout_s`` (defaults from the environment).
     """
 
     _backend: Optional[backend.Backend] = None
@@ -55,6 +62,7 @@ class GilInstrumentor(BaseInstrumentor):
             return
         long_wait_ms = kwargs.get("long_wait_ms", _env_float(OTEL_GIL_LONG_WAIT_MS, 1.0))
         timeout = kwargs.get("register_timeout_s", _env_float(OTEL_GIL_REGISTER_TIMEOUT_S, 2.0))
+        wait_spans.configure(kwargs.get("wait_spans_ms", _env_float(OTEL_GIL_WAIT_SPANS_MS, sys.getswitchinterval() * 1e3)))
         source = backend.start(kwargs.get("backend"), kwargs.get("socket_path"), int(long_wait_ms * 1e6), timeout)
         meter = metrics.get_meter(__name__, __version__, kwargs.get("meter_provider"))
         fast = os.environ.get(OTEL_GIL_NO_EXTENSIONS, "").strip().lower() not in ("1", "true", "yes")
@@ -65,6 +73,7 @@ class GilInstrumentor(BaseInstrumentor):
 
     def _uninstrument(self, **kwargs) -> None:
         unwrap_span()
+        wait_spans.configure(0)
         threads.unwatch_starts()
         if self._processor is not None:
             self._processor.enabled = False  # the SDK has no remove_span_processor (Python hooks)

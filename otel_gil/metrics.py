@@ -5,7 +5,9 @@ Instruments (OpenTelemetry names; Prometheus sees ``gil_wait_time_seconds_total`
 ``gil.wait.time`` and ``gil.hold.time`` (s), ``gil.acquisitions``, ``gil.convoy_waits``
 (attribute ``thread.name``), and the distribution of server spans' wait ratio per
 ``http.route`` as a cumulative histogram in Prometheus' classic shape:
-``gil.wait_ratio.bucket`` (attribute ``le``), ``gil.wait_ratio.count`` and ``gil.wait_ratio.sum``.
+``gil.wait_ratio.bucket`` (attribute ``le``), ``gil.wait_ratio.count`` and ``gil.wait_ratio.sum``;
+``gil.location.misses``, logged holds whose code location was not read (attribute ``reason``,
+a handful of values). No metric carries code locations: those are on spans.
 The SDK's synchronous ``Histogram.record`` costs 8-16 µs, most of a span's own cost:
 :class:`WaitRatios` counts into buckets itself (well under a µs) and the counters are read at collection.
 The process's share of wall time waiting (can exceed 1, one thread each) is
@@ -227,6 +229,34 @@ class WaitRatios:
         return out
 
 
+GONE = "gone"  # the hold's location was overwritten (or never complete) when a span read it
+
+
+class LocationMisses:
+    """Counts of locations not read, by reason: the writers' (``header.location_misses``,
+    kept monotonic across ring changes and fork resets) and the span hooks' (``gone``)."""
+
+    def __init__(self) -> None:
+        self.by_reason: dict[str, int] = {}
+        self._ring: Optional[ringlib.Ring] = None
+        self._last: list[int] = []
+        self._lock = threading.Lock()
+
+    def update(self, ring: ringlib.Ring) -> None:
+        now = list(ring.header.location_misses)
+        with self._lock:
+            if ring is not self._ring:
+                self._ring, self._last = ring, [0] * len(now)
+            for reason, new, old in zip(ringlib.LOC_WHY_NAMES, now, self._last):
+                if new > old:  # lower: the ring restarted (a fork child): counted from there
+                    self.by_reason[reason] = self.by_reason.get(reason, 0) + new - old
+            self._last = now
+
+    def add(self, reason: str, count: int) -> None:
+        with self._lock:
+            self.by_reason[reason] = self.by_reason.get(reason, 0) + count
+
+
 class GilMetrics:
     """Registers the instruments on ``meter``; reads the ring once per collection."""
 
@@ -255,6 +285,11 @@ class GilMetrics:
         )
         meter.create_observable_counter(
             "gil.wait_ratio.sum", [self._observe_sum], unit="1", description="Sum of server spans' GIL wait ratios"
+        )
+        self._misses = LocationMisses()
+        meter.create_observable_counter(
+            "gil.location.misses", [self._observe_misses], unit="{hold}",
+            description="Logged GIL holds whose code location could not be read, by reason",
         )
 
     def _refresh(self) -> None:
@@ -286,6 +321,18 @@ class GilMetrics:
     def _observe_sum(self, options: CallbackOptions) -> Iterable[Observation]:
         for route, _, _, total in self._rows:
             yield Observation(total, {"http.route": route})
+
+    def _observe_misses(self, options: CallbackOptions) -> Iterable[Observation]:
+        ring = self._registration.ring
+        if ring is not None and self._registration.status == REGISTERED:
+            self._misses.update(ring)
+        for reason, value in self._misses.by_reason.items():
+            yield Observation(value, {"reason": reason})
+
+    def count_unlocated(self, waits: int) -> None:
+        """Long waits on spans whose blocker's location was gone from the ring when the span ended."""
+        if waits:
+            self._misses.add(GONE, waits)
 
     def record_span(self, wait_ratio: float, route: str) -> None:
         self.ratios.counter(wait_ratio, route)

@@ -1,10 +1,13 @@
 """The Python half of the shared-memory layout (the C half is gil_layout.h, beside it).
 
 The collector hands each registered process a read-only file descriptor for a
-BPF array: entry 0 is a :class:`Header`, entries ``1..nslots`` are one
+BPF array (the in-process writer fills the same layout in the process's own
+memory): entry 0 is a :class:`Header`, entries ``1..nslots`` are one
 :class:`Slot` per thread, then ``HOLD_PAGES`` entries hold the process's hold log
-(every thread's recent holds, for blame by time held). :class:`Ring` maps it and
-reads it with plain loads. What each writer event writes: gil_writer.h.
+(every thread's recent holds, for blame by time held), then ``LOC_LEN`` entries
+the :class:`LocationRecord` of the newest logged holds (which code held the GIL).
+:class:`Ring` maps it and reads it with plain loads. What each writer event
+writes: gil_writer.h.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 from typing import Iterator, NamedTuple, Optional
 
 MAGIC = 0x004C49474C45544F
-LAYOUT_VERSION = 5
+LAYOUT_VERSION = 6
 HIST_BUCKETS = 32
 RING_LEN = 16
 PROBE_LEN = 16
@@ -30,6 +33,16 @@ SLOT_FORCED = 2
 SLOT_UNCHECKED = 4
 WAIT_FORCED = 1
 HOLD_RECORD_NS = 100_000  # header.hold_record_ns, as both writers set it: holds this long are logged
+LOC_LEN = 1024
+LOC_FRAMES = 4
+LOC_NAME = 64
+LOC_FILE = 144
+# Why a location lacks frames or lines (bit i of LocationRecord.why; header.location_misses[i]).
+LOC_NO_LAYOUT, LOC_HOLDER, LOC_NO_FRAME, LOC_UNREADABLE, LOC_NOT_CODE, LOC_NOT_STR, LOC_NO_LINE = range(7)
+LOC_WHYS = 8
+LOC_WHY_NAMES = ("no_layout", "holder", "no_frame", "unreadable", "not_code", "not_str", "no_line")
+FRAME_OBJECT, FRAME_INTERP = 1, 2
+LINES_LNOTAB, LINES_PAIRS, LINES_LOCATIONS = 1, 2, 3
 CLOCK_MONOTONIC = 1
 SNAPSHOT_TRIES = 10_000
 
@@ -60,6 +73,50 @@ class HoldPage(ctypes.Structure):
     _fields_ = [("holds", HoldRecord * HOLDS_PER_PAGE)]
 
 
+class FrameRecord(ctypes.Structure):
+    _fields_ = [
+        ("line", _u32),
+        ("name_kind", ctypes.c_uint8),
+        ("file_kind", ctypes.c_uint8),
+        ("reserved", ctypes.c_uint16),
+        ("name_len", _u32),
+        ("file_len", _u32),
+        ("name", ctypes.c_uint8 * LOC_NAME),
+        ("file", ctypes.c_uint8 * LOC_FILE),
+    ]
+
+
+class LocationRecord(ctypes.Structure):
+    _fields_ = [
+        ("seq", _u64),
+        ("nframes", _u32),
+        ("why", _u32),
+        ("frames", FrameRecord * LOC_FRAMES),
+    ]
+
+
+class PyLayout(ctypes.Structure):
+    """Where the process's CPython keeps what a location is read from (gil_layout.h: struct gil_py_layout)."""
+
+    _fields_ = [
+        ("minor", ctypes.c_uint16),
+        ("frame_kind", ctypes.c_uint8),
+        ("line_format", ctypes.c_uint8),
+        ("lasti_scale", ctypes.c_uint8),
+        ("code_tag_bits", ctypes.c_uint8),
+        ("skip_owner", ctypes.c_uint8),
+        ("reserved", ctypes.c_uint8),
+        *((name, ctypes.c_int32) for name in (
+            "gil_last_holder", "tstate_frame", "cframe_frame", "frame_previous", "frame_code", "frame_instr", "frame_owner", "code_name", "code_filename",
+            "code_firstlineno", "code_linetable", "code_code", "code_firsttraceable", "bytes_size", "bytes_data",
+            "str_length", "str_state", "str_ascii_data", "str_compact_data")),
+        ("reserved2", _u32),
+        ("code_type", _u64),
+        ("str_type", _u64),
+        ("bytes_type", _u64),
+    ]
+
+
 class LongHold(ctypes.Structure):
     _fields_ = [
         ("start_ns", _u64),
@@ -87,6 +144,7 @@ class Slot(ctypes.Structure):
         ("wait_acq_mark", _u64),
         ("forced_waits", _u64),
         ("forced_acq_mark", _u64),
+        ("tstate", _u64),
     ]
 
 
@@ -121,6 +179,9 @@ class Header(ctypes.Structure):
         ("holds_written", _u64),
         ("hold_record_ns", _u64),
         ("exits_started", _u64),
+        ("py", PyLayout),
+        ("locations_written", _u64),
+        ("location_misses", _u64 * LOC_WHYS),
     ]
 
 
@@ -148,8 +209,8 @@ _HOLDS_WRITTEN_OFFSET = Header.holds_written.offset
 
 
 def entries(nslots: int) -> int:
-    """Array entries of a process with ``nslots`` thread slots: header, slots, hold log."""
-    return 1 + nslots + HOLD_PAGES
+    """Array entries of a process with ``nslots`` thread slots: header, slots, hold log, locations."""
+    return 1 + nslots + HOLD_PAGES + LOC_LEN
 
 
 class LayoutError(Exception):
@@ -188,11 +249,32 @@ class Wait:
 
 
 class Hold(NamedTuple):
-    """A recorded hold of the process's hold log."""
+    """A recorded hold of the process's hold log; ``index``: its number in the log (for :meth:`Ring.location`)."""
 
     start_ns: int
     end_ns: int
     tid: int
+    index: int = -1
+
+
+class Frame(NamedTuple):
+    """One Python frame of a location: the function's qualified name (3.11+; its plain
+    name before, where code objects carry no other), its file and the line being run
+    (None: unknown). A name cut at ``LOC_NAME`` bytes ends in "…", a path cut at
+    ``LOC_FILE`` bytes starts with "…"."""
+
+    function: str
+    file: str
+    line: Optional[int]
+
+
+class Location(NamedTuple):
+    """Where a thread's Python code was when it released the GIL: its innermost frames,
+    innermost first (none where they could not be read), and why any are missing
+    (names of ``LOC_WHY_NAMES``)."""
+
+    frames: tuple[Frame, ...]
+    missing: tuple[str, ...]
 
 
 def held_during(holds: list[Hold], ends: list[int], start_ns: int, end_ns: int) -> dict[int, int]:
@@ -258,6 +340,33 @@ def hist_bucket(wait_ns: int) -> int:
     return min(max(wait_ns, 1).bit_length() - 1, HIST_BUCKETS - 1)
 
 
+_CODECS = {1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}
+
+
+def _text(field, kind: int, length: int, keep_end: bool) -> str:
+    """A str from the bytes a writer kept of it at the start of ``field`` (the string's start,
+    or its end where ``keep_end``), with "…" where it was cut."""
+    codec = _CODECS.get(kind)
+    if codec is None:
+        return ""
+    whole = length * kind
+    text = bytes(field)[:min(whole, len(field))].decode(codec, "replace")
+    if whole <= len(field):
+        return text
+    return "…" + text if keep_end else text + "…"
+
+
+def _frame(f: FrameRecord) -> Frame:
+    return Frame(_text(f.name, f.name_kind, f.name_len, False), _text(f.file, f.file_kind, f.file_len, True),
+                 f.line or None)
+
+
+def location_of(record: LocationRecord) -> Location:
+    """The :class:`Location` a record holds."""
+    frames = tuple(_frame(record.frames[i]) for i in range(min(record.nframes, LOC_FRAMES)))
+    return Location(frames, tuple(name for i, name in enumerate(LOC_WHY_NAMES) if record.why & 1 << i))
+
+
 def _libc_mmap():
     libc = ctypes.CDLL(None, use_errno=True)
     fn = libc.mmap
@@ -290,6 +399,7 @@ class Ring:
         self.long_wait_ns = h.long_wait_ns  # fixed for the ring's life
         self._slots = [Slot.from_address(address + i * SLOT_SIZE) for i in range(1, h.nslots + 1)]
         self._bytes = memoryview((ctypes.c_char * size).from_address(address)).cast("B")
+        self._locations = (1 + h.nslots + HOLD_PAGES) * SLOT_SIZE
 
     @classmethod
     def map_fd(cls, fd: int, size: int) -> "Ring":
@@ -381,13 +491,27 @@ class Ring:
             if end <= since_ns:
                 complete = True
                 break
-            found.append((i, Hold(start, end, tid)))
+            found.append((i, Hold(start, end, tid, i)))
             i -= 1
         now_written = _U64.unpack_from(data, _HOLDS_WRITTEN_OFFSET)[0]
         oldest_intact = now_written - HOLD_LOG_LEN + 1  # the writer may be overwriting the one before
         if found and found[-1][0] < oldest_intact:
             complete = False
         return [h for i, h in reversed(found) if i >= oldest_intact], complete
+
+    def location(self, index: int) -> Optional[Location]:
+        """Where the holder of hold ``index`` (:attr:`Hold.index`) was when it released the GIL;
+        None if that hold's location is not (or no longer, or not yet wholly) in the ring."""
+        if index < 0:
+            return None
+        live = LocationRecord.from_buffer(self._bytes, self._locations + index % LOC_LEN * SLOT_SIZE)
+        done = 2 * index + 2
+        if live.seq != done:
+            return None
+        copy = LocationRecord.from_buffer_copy(live)
+        if live.seq != done:  # overwritten while copied
+            return None
+        return location_of(copy)
 
     def threads(self) -> Iterator[Slot]:
         """Consistent copies of every occupied slot."""

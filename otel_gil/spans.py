@@ -23,7 +23,7 @@ from opentelemetry.trace import SpanKind, format_span_id
 
 from otel_gil import blame as blamelib
 from otel_gil import ring as ringlib
-from otel_gil import threads
+from otel_gil import threads, wait_spans
 from otel_gil.backend import Backend
 from otel_gil.client import REGISTERED
 from otel_gil.metrics import GilMetrics
@@ -128,8 +128,9 @@ def blocker_spans(wall_minus_mono: int) -> Optional[Callable[[int, int], Optiona
 
 def figures(
     start: _Start, span_start_ns: int, span_end_ns: int, now: int
-) -> tuple[dict, list[tuple[str, dict, int]]]:
-    """Attributes and ``(name, attributes, timestamp)`` events for a span ending at ``now``.
+) -> tuple[dict, list[tuple[str, dict, int, int]]]:
+    """Attributes and ``(name, attributes, start, end)`` events (wall clock ns: the event's
+    timestamp is its start) for a span ending at ``now``.
 
     ``span_start_ns``/``span_end_ns`` are the span's own (wall clock) times, ``now`` its
     end on the monotonic clock, where open intervals are closed. A span
@@ -183,11 +184,14 @@ def figures(
                 convoy += length >= ring.header.convoy_ns
             blames.append(log.blame(w))
             events.append(("gil.wait", blamelib.event_attributes(blames[-1], who, span_of),
-                           w.start_ns + wall_minus_mono))
+                           w.start_ns + wall_minus_mono, w.end_ns + wall_minus_mono))
         top = blamelib.top_blocker(blames)
         if top is not None:
             attrs.update(blamelib.thread_attributes("gil.top_blocker.thread", top[0], who))
             attrs["gil.top_blocker.hold_ms"] = round(top[1] / 1e6, 3)
+            attrs.update(blamelib.code_attributes("gil.top_blocker", blamelib.top_location(blames, top[0])))
+        if start.metrics is not None:
+            start.metrics.count_unlocated(blamelib.unlocated(blames))
     duration = max(span_end_ns - span_start_ns, now - start.mono_ns, 1)
     attrs.update(
         {
@@ -301,8 +305,9 @@ def end_wrapper(wrapped, instance: Span, args, kwargs):
     try:
         attrs, events = figures(start, instance.start_time, end_time, now)
         _set_attributes(instance, attrs)
-        for name, attributes, timestamp in events:
+        for name, attributes, timestamp, _ in events:
             instance.add_event(name, attributes, timestamp)
+        wait_spans.emit(instance, wait_spans.pick(events))
         if start.metrics is not None and instance.kind is SpanKind.SERVER and "gil.wait_ratio" in attrs:
             record_server_span(start, instance, attrs["gil.wait_ratio"])
     except Exception:

@@ -1,7 +1,8 @@
 """The demo: Jaeger, Prometheus (with examples/alerts), the collector and the Flask
 example under opentelemetry-instrument (its metrics thread hogging the GIL), some load,
 then the slowest spans as Jaeger has them: duration, GIL wait, GIL hold, and who held
-the GIL meanwhile; the URL of the slowest trace in Jaeger's UI, and the alert's state.
+the GIL meanwhile; the slowest span's waits, each with the thread and the code that held the
+GIL; the URL of the slowest trace in Jaeger's UI, and the alert's state.
 
     make demo                                      (or, as root: .venv/bin/python scripts/demo.py)
     .venv/bin/python scripts/demo.py --keep        (as root; keep the stack up, and the load on, until Enter:
@@ -54,6 +55,22 @@ def table(spans: list[dict], rows: int) -> str:
             f"{s['operationName']:<14} {s['duration'] / 1e3:>7.1f}ms {t['gil.wait_ms']:>7.1f}ms {t['gil.hold_ms']:>7.1f}ms "
             f"{100 * t['gil.wait_ratio']:>6.1f}%  {blockers(s)}"
         )
+    return "\n".join(lines)
+
+
+def waits(span: dict) -> str:
+    """The span's gil.wait events, one a line: when, how long, who held the GIL and in which code."""
+    lines = [f"the slowest span's waits for the GIL ({span['operationName']}, {span['duration'] / 1e3:.1f}ms; "
+             "each also a gil.wait bar in its trace):"]
+    for log in sorted(span.get("logs", []), key=lambda log: log["timestamp"]):
+        f = {field["key"]: field["value"] for field in log["fields"]}
+        where = f.get("gil.blocker.code.function.name")
+        if where:
+            where = f"in {where} ({Path(f['gil.blocker.code.file.path']).name}:{f.get('gil.blocker.code.line.number', '?')})"
+        held = f"held it {f['gil.blocker.hold_ms']:.1f}ms" if "gil.blocker.hold_ms" in f else "released it last"
+        lines.append(f"  +{(log['timestamp'] - span['startTime']) / 1e3:>6.1f}ms  waited {f['gil.wait_ms']:>5.1f}ms: "
+                     f"{f.get('gil.blocker.thread.name', f.get('gil.blocker.thread.native_id'))} {held} "
+                     f"{where or '(code not located)'}")
     return "\n".join(lines)
 
 
@@ -118,6 +135,7 @@ def main() -> int:
         spans = [s for s in stack.jaeger_spans(SERVICE) if s["tags"].get("span.kind") == "server"]
         print(f"\nslowest of {len(spans)} server spans, from Jaeger ({stack.JAEGER_QUERY}/api/traces?service={SERVICE}):\n")
         print(table(spans, args.rows))
+        print(f"\n{waits(max(spans, key=lambda s: s['duration']))}")
         print(f"\n{trace_link(spans)}\n{alert_status()}")
         if args.keep:
             with subprocess.Popen(load(app.address, 10**7, 3600), stdout=subprocess.DEVNULL) as background:

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=${PYENV_ROOT:-$HOME/.pyenv}
-deps=(opentelemetry-sdk opentelemetry-instrumentation wrapt "setuptools>=77")  # pyproject.toml's build requirement
+deps=(opentelemetry-sdk opentelemetry-instrumentation wrapt "setuptools>=77")  # 77: project.license as SPDX
 pids=()
 for v in 3.9 3.10 3.11 3.12 3.13; do
     [ -x ".venv-matrix/$v/bin/python" ] && continue
@@ -19,8 +19,7 @@ done
 for pid in "${pids[@]}"; do wait "$pid"; done
 for v in 3.9 3.10 3.11 3.12 3.13; do
     [ -x ".venv-matrix/$v/bin/python" ] || continue
-    # venv seeds <3.12 with the interpreter's own, older setuptools (65 rejects project.license as a string)
-    ".venv-matrix/$v/bin/python" -m pip install -q "setuptools>=77"
+    ".venv-matrix/$v/bin/python" -m pip install -q "setuptools>=77"  # venvs made before: 3.9-3.11 bundle an older one
     ".venv-matrix/$v/bin/python" setup.py -q build_ext --inplace >/dev/null 2>&1
     ".venv-matrix/$v/bin/python" -c "import otel_gil._inprocess" \
         || { echo "matrix-venvs.sh: otel_gil._inprocess did not build for $v" >&2; exit 1; }

@@ -199,9 +199,45 @@ def check_hog_ground_truth(report: dict) -> None:
     assert "gil.status" not in victim, report["stderr"]
     assert within(victim["gil.wait_ms"], report["truth"]["victim_wait_ns"] / 1e6), victim
     assert within(hog["gil.hold_ms"], sum(report["truth"]["bursts_ns"]) / 1e6), hog
-    blockers = [e["attributes"]["gil.blocker.thread.name"] for e in span(report, "victim")["events"]]
+    events = span(report, "victim")["events"]
+    blockers = [e["attributes"]["gil.blocker.thread.name"] for e in events]
     bursts = len(report["truth"]["bursts_ns"])
     assert blockers.count("gil-hog") == bursts and set(blockers) <= {"gil-hog", "MainThread"}, blockers
+    check_blocker_code(report, [e for e in events if e["attributes"]["gil.blocker.thread.name"] == "gil-hog"])
+    check_wait_spans(report, span(report, "victim"))
+
+
+LOCATED = 0.9  # of the long waits a known holder caused, at least this share name its code
+
+
+def check_blocker_code(report: dict, events: list[dict]) -> None:
+    """Each wait the hog caused names the line of its PyDLL burst (the hold ends right after
+    it returns): at least LOCATED of them, and none anything else."""
+    function, file, line = report["truth"]["hog_code"]
+    named = 0
+    for e in events:
+        a = e["attributes"]
+        if "gil.blocker.code.function.name" not in a:
+            continue
+        assert (a["gil.blocker.code.function.name"], a["gil.blocker.code.file.path"], a.get("gil.blocker.code.line.number")
+                ) == (function, file, line), (a, (function, file, line))
+        assert a["gil.blocker.code.stacktrace"].startswith(f"{function} ({file}:{line})\n"), a
+        named += 1
+    assert named >= LOCATED * len(events), (named, len(events), report["stderr"])
+
+
+def check_wait_spans(report: dict, parent: dict) -> None:
+    """Every gil.wait event of ``parent`` at least a switch interval long (the default
+    threshold) is also a child span named gil.wait, with the event's start, the wait's length
+    (to the µs the event rounds it to) and the event's attributes."""
+    children = {s["start_ns"]: s for s in report["spans"] if s["name"] == "gil.wait" and s["parent_id"] == parent["span_id"]}
+    long = [e for e in parent["events"] if e["attributes"]["gil.wait_ms"] >= report["truth"]["switch_interval_ms"]]
+    assert long and len(children) == len(long), (len(children), len(long))
+    for e in long:
+        child = children[e["timestamp"]]
+        assert abs(child["duration_ns"] / 1e6 - e["attributes"]["gil.wait_ms"]) <= 0.001, (child, e)
+        assert child["attributes"] == e["attributes"], (child, e)
+        assert not any(k.startswith("gil.") and k not in e["attributes"] for k in child["attributes"]), child
 
 
 def span(report: dict, name: str) -> dict:

@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Optional
 
 from otel_gil import blame as blamelib
 from otel_gil import ring as ringlib
@@ -95,6 +95,7 @@ class Attachment:
         self.threads: dict[int, ThreadTrace] = {}
         self.present: set[int] = set()  # threads with a slot at the last poll
         self.holds: list[ringlib.Hold] = []  # the process's hold log, as read so far
+        self.locations: dict[int, Optional[ringlib.Location]] = {}  # hold index -> its location, read with it
         self.holds_lost = 0  # polls that found older holds already overwritten
         self._names_at = 0
         self.names_from = "threading"  # or why /proc's names are shown instead
@@ -166,6 +167,8 @@ class Attachment:
         new, complete = self._traced.view.holds_since(self.holds[-1].end_ns if self.holds else 0)
         self.holds += new
         self.holds_lost += not complete and bool(self.holds)
+        for h in new:  # read now: the location log keeps fewer entries than the hold log
+            self.locations[h.index] = self._traced.view.location(h.index)
         return now
 
     def forget(self, before_ns: int) -> None:
@@ -176,7 +179,10 @@ class Attachment:
             t.holds = [h for h in t.holds if h[1] >= before_ns]
             t.waits = [w for w in t.waits if w.end_ns >= before_ns]
             cutoff = min([cutoff, *(w.start_ns for w in t.waits)])
-        self.holds = [h for h in self.holds if h.end_ns >= cutoff]
+        kept = [h for h in self.holds if h.end_ns >= cutoff]
+        for h in self.holds[:len(self.holds) - len(kept)]:
+            self.locations.pop(h.index, None)
+        self.holds = kept
 
     def waited_on(self, tid: int, since_ns: int = 0) -> list[tuple[int, int]]:
         """(blocker tid, ns) for the long waits of ``tid`` that ended after ``since_ns``: which

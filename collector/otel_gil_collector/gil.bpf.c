@@ -4,7 +4,8 @@
  * compiles too. Probes (all attached per registered pid, never host-wide, no uretprobe):
  *   take_gil entry            bootstrap only: marks the thread until the GIL's
  *                             two condition variables are learned, then detached
- *   pthread_cond_signal       on gil->cond: release (drop_gil, even inlined);
+ *   pthread_cond_signal       on gil->cond: release (drop_gil, even inlined), which
+ *                             also records a logged hold's location (which code);
  *                             on gil->switch_cond: acquisition (take_gil)
  *   pthread_cond_timedwait    on gil->cond: a contended wait starts
  *   sched_process_exit        (raw tracepoint) a thread exits: fold its figures
@@ -15,11 +16,12 @@
 #include <uapi/linux/ptrace.h>
 #include "gil_layout.h"
 
-/* Template for the per-process slot arrays; every inner map has its shape. */
-BPF_F_TABLE("array", u32, struct gil_slot, slots_template, GIL_NSLOTS + 1 + GIL_HOLD_PAGES, BPF_F_MMAPABLE);
+/* Template for the per-process arrays (header, slots, hold log, locations); every inner map has its shape. */
+BPF_F_TABLE("array", u32, struct gil_slot, slots_template, GIL_NSLOTS + 1 + GIL_HOLD_PAGES + GIL_LOC_LEN, BPF_F_MMAPABLE);
 
 /* Registered tgid -> that process's slot array (the only pids we trace). */
 BPF_HASH_OF_MAPS(procs, u32, "slots_template", GIL_MAX_PROCS);
+
 
 /* A slot is written only by its own thread, under a seqlock the reader retries
  * on. On x86 (GIL_TSO, set by the collector) stores are not reordered, so a
@@ -55,6 +57,40 @@ static __always_inline struct gil_hold_page *hold_page(void *slots, u32 page)
 	return bpf_map_lookup_elem(slots, &idx);
 }
 
+#define GIL_READ(dst, n, src) bpf_probe_read_user((dst), (n), (void *)(src))
+/* Bytes of a line table decoded: the innermost frame's, then the others'; a line past them is
+ * unknown (of the standard library's functions, 98 % have tables of 512 bytes or less). */
+#define GIL_LINES_MAX 2048
+#define GIL_LINES_OUTER 256
+#include "gil_lines.h"
+
+/* Per CPU: the part of a line table being decoded, and the decoder's state. */
+BPF_PERCPU_ARRAY(line_scratch, struct gil_lines_scratch, 1);
+
+static __always_inline int line_of(const struct gil_py_layout *py, u64 code, long addr, u32 depth, int format)
+{
+	u32 zero = 0;
+	struct gil_lines_scratch *scratch = line_scratch.lookup(&zero);
+	if (!scratch)
+		return -1;
+	return gil_line_of(py, code, addr, format, depth ? GIL_LINES_OUTER : GIL_LINES_MAX, scratch);
+}
+
+/* RELEASE's own argument: the line-table format this program decodes (GIL_LINES_*). */
+#define GIL_WHERE int
+#define GIL_LINE(py, code, addr, depth, format) line_of((py), (code), (addr), (depth), (format))
+#include "gil_location.h"
+
+/* Where the releasing thread's code is, as hold `hold`'s location (under gil->mutex). */
+static __always_inline void locate(void *slots, struct gil_header *h, u64 hold, u64 tstate, int format)
+{
+	u32 idx = GIL_NSLOTS + 1 + GIL_HOLD_PAGES + (hold & (GIL_LOC_LEN - 1));
+	struct gil_location *loc = bpf_map_lookup_elem(slots, &idx);
+	if (loc)
+		gil_locate(h, loc, hold, tstate, format);
+}
+
+#define GIL_LOCATE(slots, h, n, tstate, format) locate((slots), (h), (n), (tstate), (format))
 #include "gil_writer.h"
 
 static __always_inline struct gil_header *header_of(void *slots)
@@ -158,7 +194,9 @@ int take_gil_entry(struct pt_regs *ctx)
 	return 0;
 }
 
-int cond_signal(struct pt_regs *ctx)
+/* pthread_cond_signal: a release or an acquisition. One program per line-table format (the
+ * planner attaches the one of the process's CPython), each decoding only its own. */
+static __always_inline int cond_signal(struct pt_regs *ctx, int format)
 {
 	void *slots;
 	u32 tid;
@@ -176,11 +214,15 @@ int cond_signal(struct pt_regs *ctx)
 		return 0;
 	u64 now = bpf_ktime_get_ns();
 	if (cond == h->gil_cond)
-		gil_on_release(slots, h, s, tid, now);
+		gil_on_release(slots, h, s, tid, now, format);
 	else
 		gil_on_acquire(h, s, tid, now);
 	return 0;
 }
+
+int cond_signal_lnotab(struct pt_regs *ctx) { return cond_signal(ctx, GIL_LINES_LNOTAB); }
+int cond_signal_pairs(struct pt_regs *ctx) { return cond_signal(ctx, GIL_LINES_PAIRS); }
+int cond_signal_locations(struct pt_regs *ctx) { return cond_signal(ctx, GIL_LINES_LOCATIONS); }
 
 int cond_timedwait(struct pt_regs *ctx)
 {

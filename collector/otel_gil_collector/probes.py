@@ -22,8 +22,9 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from otel_gil_collector import elf
+from otel_gil_collector import elf, pyprocess
 from otel_gil import protocol
+from otel_gil import ring
 
 # &gil->switch_cond - &gil->cond: sizeof(pthread_cond_t) + sizeof(pthread_mutex_t).
 COND_STRIDE = {"EM_X86_64": 48 + 40, "EM_AARCH64": 48 + 48}
@@ -35,6 +36,9 @@ _FREE_THREADED_EXE = re.compile(r"/python3\.\d+t$")
 _LIBC = re.compile(r"/libc(\.so\.6|-2\.\d+\.so)$")
 _LIBPTHREAD = re.compile(r"/libpthread(\.so\.0|-2\.\d+\.so)$")
 _COND_FUNCTIONS = (("pthread_cond_signal", "cond_signal"), ("pthread_cond_timedwait", "cond_timedwait"))
+# gil.bpf.c's pthread_cond_signal program for each line-table format (ring.LINES_*; 0: no locations).
+_COND_SIGNAL = {0: "cond_signal_locations", ring.LINES_LNOTAB: "cond_signal_lnotab",
+                ring.LINES_PAIRS: "cond_signal_pairs", ring.LINES_LOCATIONS: "cond_signal_locations"}
 _DELETED = " (deleted)"
 _CALLER_BYTES = 256
 
@@ -62,6 +66,8 @@ class ProbePlan:
     probes: tuple[Probe, ...]
     cond_stride: int
     located_by: str  # how take_gil was found
+    py_layout: str = ""  # hex of its ring's header.py (ring.PyLayout): where its CPython keeps a location's reads
+    no_locations: str = ""  # why its holds carry no location ("" if they do)
 
 
 @dataclass(frozen=True)
@@ -237,9 +243,12 @@ def plan(pid: int, gil_enabled: bool = False) -> ProbePlan:
     take_gil, how = locate_take_gil(py, interp_path, f"/proc/{pid}/root")
     # Attached through map_files: a FUSE mount on the client's path cannot stall the attach
     # (the files were read by a worker process under a time limit, see planner.py).
+    layout, no_locations = pyprocess.py_layout(pid, maps, interp.path, py)
+    handlers = {"cond_signal": _COND_SIGNAL[layout.line_format], "cond_timedwait": "cond_timedwait"}
     probes = [Probe(_attach_path(pid, interp), take_gil, "take_gil_entry", bootstrap=True)]
-    probes += [Probe(_attach_path(pid, c_lib), c.dynamic[name].offset, handler) for name, handler in _COND_FUNCTIONS]
-    return ProbePlan(interp.path, interp_path, tuple(probes), stride, how)
+    probes += [Probe(_attach_path(pid, c_lib), c.dynamic[name].offset, handlers[handler])
+               for name, handler in _COND_FUNCTIONS]
+    return ProbePlan(interp.path, interp_path, tuple(probes), stride, how, bytes(layout).hex(), no_locations)
 
 
 def _attach_path(pid: int, mapping: Mapping) -> str:

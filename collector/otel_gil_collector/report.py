@@ -10,15 +10,17 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Optional
 
 from otel_gil import ring as ringlib
+from otel_gil_collector import functions
 from otel_gil_collector.attach import AttachError, Attachment, ThreadTrace
 
 POLL_S = 0.01  # ring reads: often enough that no thread's 16 long holds/waits overflow
 SAMPLES = 1000  # at most this many hold/wait samples per thread for the timeline
 QUANTILES = (0.5, 0.9, 0.99)
 WAITED_ON = 3  # blockers listed per thread
+FUNCTIONS = 15  # places listed in the text report (the JSON has them all)
 
 
 @dataclass
@@ -30,6 +32,7 @@ class Capture:
     # (time ns, {tid: (hold ns, wait ns) so far}), at most SAMPLES of them
     samples: list[tuple[int, dict[int, tuple[int, int]]]] = field(default_factory=list)
     holds: list[ringlib.Hold] = field(default_factory=list)  # the process's hold log, as read
+    locations: dict[int, Optional[ringlib.Location]] = field(default_factory=dict)  # hold index -> location
 
 
 def _pct(part: float, whole: float) -> float:
@@ -78,7 +81,7 @@ def capture(pid: int, duration_s: float, progress: Callable[[str], None] = print
         threads, interpreter, start, names_from = att.threads, att.plan.interpreter, att.start_ns, att.names_from
         present = att.present
         waited_on = {tid: att.waited_on(tid) for tid in present}
-        holds = att.holds
+        holds, locations = att.holds, att.locations
     wall = (end - start) / 1e9
     rows = [_thread(threads[tid], wall) for tid in present]
     for row in rows:
@@ -99,8 +102,22 @@ def capture(pid: int, duration_s: float, progress: Callable[[str], None] = print
         **{f"wait_p{round(q * 100)}_s": ringlib.hist_quantile(hist, q) / 1e9 for q in QUANTILES},
         "threads": rows,
         "exited_threads": exited,
+        "functions": _functions(functions.profile(holds, locations, start, end), total_hold, wall, threads),
     }
-    return Capture(report, threads, samples, holds)
+    return Capture(report, threads, samples, holds, locations)
+
+
+def _functions(p: functions.Profile, total_hold_s: float, wall_s: float, threads: dict[int, ThreadTrace]) -> dict:
+    """The hold-time-by-function part of the report."""
+    return {
+        "logged_s": p.logged_ns / 1e9,
+        "logged_pct_of_hold": _pct(p.logged_ns / 1e9, total_hold_s),
+        "unlocated_s": {why: ns / 1e9 for why, ns in p.unlocated_ns.items()},
+        "places": [{"function": f.function, "file": f.file, "line": f.line, "hold_s": f.hold_ns / 1e9,
+                    "hold_pct": _pct(f.hold_ns / 1e9, wall_s), "holds": f.holds, "longest_s": f.longest_ns / 1e9,
+                    "threads": sorted(threads[t].name if t in threads else str(t) for t in f.tids)}
+                   for f in p.functions],
+    }
 
 
 def fmt_ns(ns: float) -> str:
@@ -143,9 +160,29 @@ def render(report: dict) -> str:
         for t in sorted(blamed, key=lambda t: t["wait_s"], reverse=True):
             on = ", ".join(f"{b['name']} ({b['tid']}) {fmt_ns(b['s'] * 1e9)}" for b in t["waited_on"])
             lines.append(f"{t['tid']:>8} {t['name'][:20]:<20} {on}")
+    lines += render_functions(report["functions"])
     lines += ["", "long = waits >= 1 ms; convoy = waits >= the switch interval (the 5 ms penalty); "
               "a wait from a forced switch counts from the release"]
     return "\n".join(lines)
+
+
+def render_functions(f: dict, limit: int = FUNCTIONS) -> list[str]:
+    """The by-function table: where each logged hold ended, summed (none if nothing was logged)."""
+    if not f["logged_s"]:
+        return []
+    lines = ["", f"GIL held by function (where each hold of 0.1 ms or more ended: {fmt_ns(f['logged_s'] * 1e9)}, "
+                 f"{f['logged_pct_of_hold']:.0f} % of the hold time; shorter holds are not logged one by one):",
+             f"{'held':>8} {'% wall':>7} {'holds':>6} {'longest':>8}  function (file:line), threads"]
+    for p in f["places"][:limit]:
+        lines.append(f"{fmt_ns(p['hold_s'] * 1e9):>8} {p['hold_pct']:>6.1f}% {p['holds']:>6} {fmt_ns(p['longest_s'] * 1e9):>8}  "
+                     f"{p['function']} ({p['file']}:{p['line'] or '?'}), {', '.join(p['threads'])}")
+    if len(f["places"]) > limit:
+        rest = f["places"][limit:]
+        lines.append(f"{fmt_ns(sum(p['hold_s'] for p in rest) * 1e9):>8} {'':>7} {sum(p['holds'] for p in rest):>6} "
+                     f"{'':>8}  ({len(rest)} more places: --json lists them)")
+    for why, seconds in sorted(f["unlocated_s"].items(), key=lambda item: item[1], reverse=True):
+        lines.append(f"{fmt_ns(seconds * 1e9):>8} {'':>7} {'':>6} {'':>8}  (location not read: {why})")
+    return lines
 
 
 def to_json(report: dict) -> str:

@@ -391,6 +391,8 @@ class Server:
             self.tracer.remove(pid)
             raise Refused(protocol.PROCESS_GONE, f"pid {pid} exited during its registration")
         log.info("pid %d (uid %d) registered: %s (take_gil by %s)", pid, uid, plan.interpreter, plan.located_by)
+        if plan.no_locations:
+            log.info("pid %d: its GIL holds carry no code location: %s", pid, plan.no_locations)
         try:
             protocol.send(
                 conn,

@@ -7,54 +7,25 @@ first interpreter → ``sys.modules`` → the ``threading`` module's dict →
 ``_active`` ({ident: Thread}) → each Thread's ``_name`` and ``_native_id`` (the
 thread's id in the process's own pid namespace, as the slots have it).
 
-Read-only, through ``/proc/<pid>/mem`` (root, as for the probes): the process is
-never stopped or written to. Its memory is input we do not trust and may change
-under us: every read is bounded and any inconsistency ends in :class:`Unreadable`,
-whose message says why (the caller falls back to /proc's names).
+Read-only, through ``/proc/<pid>/mem`` (root, as for the probes; :mod:`pyprocess`):
+any inconsistency ends in :class:`Unreadable`, whose message says why (the caller
+falls back to /proc's names).
 
-Everything that depends on the version is here: the struct offsets in :data:`LAYOUTS`
-(one row per version, checked against each interpreter's own headers by
-``tests/integration/test_thread_names.py``, and on 3.13+ against the running build's
-own ``_Py_DebugOffsets``), and the few layout changes by version
-in the readers below (dict keys 3.11, ``PyLongObject`` 3.12, instance dicts 3.11,
-3.12, 3.13).
+The struct offsets are otel_gil's table (``otel_gil.pystructs``: one row per version,
+checked against each interpreter's own headers, and on 3.13+ against the running
+build's own ``_Py_DebugOffsets``); the few layout changes by version are in the
+readers below (dict keys 3.11, ``PyLongObject`` 3.12, instance dicts 3.11, 3.12, 3.13).
 """
 
 from __future__ import annotations
 
 import os
-import re
 import struct
-from dataclasses import dataclass
-from typing import Optional
 
+from otel_gil import pystructs
 from otel_gil_collector import elf, probes
+from otel_gil_collector.pyprocess import Memory, Unreadable, load_base, version_of
 
-
-class Unreadable(Exception):
-    """The names cannot be read from this process; the message says why."""
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Offsets in one CPython version's release builds with a GIL (64-bit Linux; checked on x86-64)."""
-
-    interpreters_head: int  # _PyRuntimeState.interpreters.head
-    modules: int  # PyInterpreterState.modules (<= 3.11), .imports.modules (3.12+)
-    cached_keys: int  # PyHeapTypeObject.ht_cached_keys
-    ascii_size: int  # sizeof(PyASCIIObject): where an ASCII string's characters start
-    compact_size: int  # sizeof(PyCompactUnicodeObject): where other compact strings' start
-
-
-LAYOUTS = {
-    (3, 9): Layout(32, 856, 864, 48, 72),
-    (3, 10): Layout(32, 856, 872, 48, 72),
-    (3, 11): Layout(40, 888, 872, 48, 72),
-    (3, 12): Layout(40, 944, 880, 40, 56),
-    (3, 13): Layout(632, 7656, 880, 40, 56),
-    (3, 14): Layout(808, 7688, 880, 40, 56),
-    (3, 15): Layout(936, 7592, 888, 40, 56),
-}
 
 # Stable since 3.0: PyObject, PyTypeObject, PyModuleObject, PyDictObject fields.
 _OB_TYPE, _OB_SIZE = 8, 16
@@ -65,57 +36,10 @@ _MANAGED_DICT, _INLINE_VALUES = 1 << 4, 1 << 2  # tp_flags, 3.11+ / 3.13+
 _UNICODE_STATE = 32
 _MAX_ENTRIES = 1 << 16  # dicts larger than this are not sys.modules or threading's
 _MAX_NAME = 1024  # characters
-_READ_BUDGET = 16 << 20  # bytes per read(): a hostile process cannot keep a root tool busy
-_PYTHON_VERSION = re.compile(r"python3\.(\d+)(t?)(?!\d)")
-_Q = struct.Struct("<Q")
-# 3.13+ start _PyRuntime with _Py_DebugOffsets (for debuggers): its cookie, and where it puts
-# runtime_state.interpreters_head (after cookie, version, free_threaded, size, finalizing).
-_DEBUG_COOKIE, _DEBUG_INTERPRETERS_HEAD = b"xdebugpy", 40
-
-
-class _Memory:
-    """Reads of a process's memory through /proc/<pid>/mem (read-only), within a budget."""
-
-    def __init__(self, pid: int) -> None:
-        self._budget = _READ_BUDGET
-        try:
-            self._fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            raise Unreadable(f"cannot open /proc/{pid}/mem: {exc.strerror}") from None
-
-    def close(self) -> None:
-        os.close(self._fd)
-
-    def read(self, address: int, size: int) -> bytes:
-        self._budget -= size
-        if self._budget < 0:
-            raise Unreadable(f"more than {_READ_BUDGET >> 20} MiB to read: not what threading keeps")
-        try:
-            data = os.pread(self._fd, size, address) if 0 < address < 1 << 63 else b""
-        except OSError:
-            data = b""
-        if len(data) != size:
-            raise Unreadable(f"cannot read {size} bytes at {address:#x}")
-        return data
-
-    def word(self, address: int) -> int:
-        return _Q.unpack(self.read(address, 8))[0]
-
-    def words(self, address: int, count: int) -> tuple[int, ...]:
-        return struct.unpack(f"<{count}Q", self.read(address, 8 * count))
-
-
-def version_of(path: str) -> Optional[tuple[int, int]]:
-    """(3, minor) from the interpreter's file name (python3.X, libpython3.X.so); None if the
-    name does not say, or says free-threaded (other layouts, not in the table)."""
-    match = _PYTHON_VERSION.search(os.path.basename(path))
-    return (3, int(match.group(1))) if match and not match.group(2) else None
-
-
 class _Reader:
     """Python objects of one process, for one version's layout."""
 
-    def __init__(self, mem: _Memory, version: tuple[int, int], layout: Layout, types: dict[str, int]) -> None:
+    def __init__(self, mem: Memory, version: tuple[int, int], layout: pystructs.Structs, types: dict[str, int]) -> None:
         self.mem, self.version, self.layout, self.types = mem, version, layout, types
 
     def type_of(self, obj: int) -> int:
@@ -131,7 +55,7 @@ class _Reader:
         kind, compact, ascii_ = (state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1
         if not compact or kind not in (1, 2, 4) or not 0 <= length <= _MAX_NAME:
             raise Unreadable(f"str at {obj:#x} is not a compact string")
-        data = obj + (self.layout.ascii_size if ascii_ else self.layout.compact_size)
+        data = obj + (self.layout.str_ascii_data if ascii_ else self.layout.str_compact_data)
         raw = self.mem.read(data, length * kind)
         return raw.decode({1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}[kind])
 
@@ -219,29 +143,6 @@ class _Reader:
         return self._by_name(self._entries(cached_keys, values)) if values else self.dict_items(managed)
 
 
-def _check_debug_offsets(mem: _Memory, runtime: int, layout: Layout) -> None:
-    """The build's own _Py_DebugOffsets must agree with the table (another configuration,
-    e.g. a debug build, moves the structs)."""
-    if mem.read(runtime, len(_DEBUG_COOKIE)) != _DEBUG_COOKIE:
-        raise Unreadable("_PyRuntime does not start with _Py_DebugOffsets")
-    head = mem.word(runtime + _DEBUG_INTERPRETERS_HEAD)
-    if head != layout.interpreters_head:
-        raise Unreadable(f"this build's _Py_DebugOffsets put interpreters.head at {head}, "
-                         f"the table at {layout.interpreters_head}: a build configured otherwise")
-
-
-def _load_base(pid: int, mapped_path: str, info: elf.ElfInfo) -> int:
-    """Where the interpreter's file is loaded in ``pid`` (the address of virtual address 0)."""
-    try:
-        maps = probes.mapped_files(pid)
-    except probes.UnsupportedProcess as exc:
-        raise Unreadable(str(exc)) from None
-    for m in maps:
-        if m.path == mapped_path and m.offset == 0:
-            return m.start - (min(v for v, _, _, _ in info.loads) & ~0xFFF)
-    raise Unreadable(f"{mapped_path} is not mapped from its start in process {pid}")
-
-
 def read(pid: int, mapped_path: str, host_path: str) -> dict[int, str]:
     """{tid in the process's pid namespace: threading name} of every thread ``threading`` knows.
 
@@ -253,21 +154,25 @@ def read(pid: int, mapped_path: str, host_path: str) -> dict[int, str]:
     except elf.ElfLookupError as exc:
         raise Unreadable(str(exc)) from None
     version = version_of(mapped_path)
-    layout = LAYOUTS.get(version) if version else None
-    if layout is None or not layout.interpreters_head:
+    layout = pystructs.for_version(version) if version else None
+    if layout is None:
         raise Unreadable(f"no struct layout for {os.path.basename(mapped_path)} (versions: "
-                         f"{', '.join(f'{a}.{b}' for (a, b), lay in LAYOUTS.items() if lay.interpreters_head)})")
+                         f"{', '.join(f'{a}.{b}' for a, b in pystructs.STRUCTS)})")
     needed = ("_PyRuntime", "PyDict_Type", "PyUnicode_Type", "PyLong_Type", "PyModule_Type")
     missing = [name for name in needed if name not in info.data]
     if missing:
         raise Unreadable(f"{mapped_path} exports no {', '.join(missing)}")
-    base = _load_base(pid, mapped_path, info)
-    mem = _Memory(pid)
+    try:
+        base = load_base(probes.mapped_files(pid), mapped_path, info)
+    except probes.UnsupportedProcess as exc:
+        raise Unreadable(str(exc)) from None
+    mem = Memory(pid)
     try:
         reader = _Reader(mem, version, layout, {name: base + info.data[name].address for name in needed[1:]})
         runtime = base + info.data["_PyRuntime"].address
-        if version >= (3, 13):
-            _check_debug_offsets(mem, runtime, layout)
+        disagreement = pystructs.debug_offsets_disagree(layout, lambda at, size: mem.read(runtime + at, size))
+        if disagreement:
+            raise Unreadable(disagreement)
         interp = mem.word(runtime + layout.interpreters_head)
         modules = reader.dict_items(mem.word(interp + layout.modules))
         threading = modules.get("threading")

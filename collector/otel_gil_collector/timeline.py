@@ -3,8 +3,9 @@
 One self-contained HTML page (inline SVG, no script, no network): a row per
 thread, time left to right. The upper half of a row is holding the GIL, the
 lower half waiting for it: shaded by the share of each sample interval, solid
-for every hold or wait of at least 1 ms, labelled with its duration when wide
-enough and described on hover (the browser's tooltip of an SVG ``<title>``).
+for every hold or wait of at least 1 ms, labelled with its duration (and a hold with
+the function it was released in) when wide enough and described on hover, with the
+code it was released in (the browser's tooltip of an SVG ``<title>``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ TOP = 76  # px above the first row: title, key and time axis
 HOLD, HOLD_SHADE = "#1f4e9c", "#5b8bd9"
 WAIT, WAIT_SHADE = "#c92a2a", "#f08c00"
 LABEL_MIN_PX = 44  # a bar this wide carries its duration as text
+CHAR_PX = 5.5  # the width of a character of a bar's label (9 px sans-serif)
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,13 @@ def _held_by(w, log: blamelib.HoldLog, names: dict[int, str]) -> str:
     return f"the GIL came from {names.get(w.blocker_tid, '?')} {w.blocker_tid}" if w.blocker_tid else "the GIL came from ?"
 
 
-def _row(t: ThreadTrace, g: Geometry, names: dict[int, str], log: blamelib.HoldLog) -> list[str]:
+def _label_fitting(x0: float, x1: float, y: float, short: str, long: str) -> str:
+    """``long`` where the bar has room for it, else ``short``."""
+    return _label(x0, x1, y, long if x1 - x0 >= CHAR_PX * len(long) else short)
+
+
+def _row(t: ThreadTrace, g: Geometry, names: dict[int, str], log: blamelib.HoldLog,
+         code: dict[tuple[int, int], str]) -> list[str]:
     y = g.y(t.tid)
     c = t.counters
     out = [
@@ -114,9 +122,12 @@ def _row(t: ThreadTrace, g: Geometry, names: dict[int, str], log: blamelib.HoldL
     ]
     for start, end in t.holds:
         x0, x1 = g.x(start), g.x(end)
+        where = code.get((t.tid, end))
         out.append(_rect(x0, x1, y + 2, ROW_H / 2 - 2, HOLD,
-                         f"{t.name} {t.tid} held the GIL {fmt_ns(end - start)} from +{fmt_ns(start - g.start_ns)}"))
-        out.append(_label(x0, x1, y + ROW_H / 2 - 1, fmt_ns(end - start)))
+                         f"{t.name} {t.tid} held the GIL {fmt_ns(end - start)} from +{fmt_ns(start - g.start_ns)}"
+                         + (f", released in {where}" if where else "")))
+        out.append(_label_fitting(x0, x1, y + ROW_H / 2 - 1, fmt_ns(end - start),
+                                  f"{fmt_ns(end - start)} {where.split(' (')[0]}" if where else fmt_ns(end - start)))
     for w in t.waits:
         x0, x1 = g.x(w.start_ns), g.x(w.end_ns)
         out.append(_rect(x0, x1, y + ROW_H / 2, ROW_H / 2 - 2, WAIT,
@@ -151,6 +162,11 @@ def render(capture: Capture) -> str:
     report, g = capture.report, geometry(capture)
     names = {tid: t.name for tid, t in capture.traces.items()}
     log = blamelib.HoldLog(capture.holds)
+    code = {}  # (tid, end) of a logged hold -> where it was released: the long holds drawn are logged too
+    for h in capture.holds:
+        location = capture.locations.get(h.index)
+        if location is not None and location.frames:
+            code[(h.tid, h.end_ns)] = f"{location.frames[0].function} ({location.frames[0].file}:{location.frames[0].line or '?'})"
     lost = sum(t.lost for t in capture.traces.values())
     title = (f"GIL timeline of pid {report['pid']} ({report['interpreter']}), "
              f"{report['duration_s']:.2f} s: held {report['hold_pct']:.1f} % of wall time, "
@@ -162,7 +178,7 @@ def render(capture: Capture) -> str:
         if i % 2 == 0:
             parts.append(f'<rect x="0" y="{g.y(tid)}" width="{LABEL_W + PLOT_W}" height="{ROW_H}" class="band"/>')
         parts += _shades(capture, g, tid)
-        parts += _row(capture.traces[tid], g, names, log)
+        parts += _row(capture.traces[tid], g, names, log, code)
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{_STYLE}</style></head>
 <body><svg xmlns="http://www.w3.org/2000/svg" width="{LABEL_W + PLOT_W + 20}" height="{g.height}">

@@ -1,4 +1,5 @@
-"""``otel-gil top --pid PID``: a live per-thread view of who holds and who waits for the GIL.
+"""``otel-gil top --pid PID``: a live per-thread view of who holds and who waits for the GIL,
+and in which functions it was held.
 
 Refreshes every interval with the figures of that interval only. In a terminal it
 is a full-screen view (curses: works over ssh) that quits on ``q`` or Ctrl-C;
@@ -12,10 +13,12 @@ import curses
 import time
 
 from otel_gil import ring as ringlib
+from otel_gil_collector import functions
 from otel_gil_collector.attach import Attachment
 from otel_gil_collector.report import fmt_ns
 
 KEY_POLL_S = 0.05
+FUNCTIONS = 5  # places shown, most held first
 
 
 class Frames:
@@ -39,6 +42,7 @@ class Frames:
                 rows.append((hold, wait, tid, t.name, acq, convoy))
         self._prev = {tid: t.counters for tid, t in self.att.threads.items()}
         waited_on = {tid: self.att.waited_on(tid, self._t) for tid in self.att.present}
+        by_function = functions.profile(self.att.holds, self.att.locations, self._t, now)
         self.att.forget(self._t)
         self._t = now
         rows.sort(reverse=True)  # by hold: the holders are the cause
@@ -64,6 +68,11 @@ class Frames:
             for _, _, tid, name, _, _ in blamed:
                 on = ", ".join(f"{self._name(b)} ({b}) {fmt_ns(ns)}" for b, ns in waited_on[tid][:3])
                 lines.append(f"{tid:>8} {name[:19]:<19} {on}")
+        if by_function.functions:
+            lines += ["", "held by function (where holds of 0.1 ms or more ended):"]
+            for f in by_function.functions[:FUNCTIONS]:
+                threads = ", ".join(sorted(self._name(t) for t in f.tids))
+                lines.append(f"{100 * f.hold_ns / dt:>7.1f}% {fmt_ns(f.hold_ns):>8}  {f.where}, {threads}")
         return lines
 
     def _name(self, tid: int) -> str:

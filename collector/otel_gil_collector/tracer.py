@@ -49,6 +49,7 @@ class Tracer:
             src_file=str(_SRC),
             cflags=[
                 f"-I{_LAYOUT_DIR}",
+                f"-I{_SRC.parent}",
                 f"-DGIL_NSLOTS={max_threads}",
                 f"-DGIL_MAX_PROCS={max_processes}",
                 *(["-DGIL_TSO"] if platform.machine() == "x86_64" else []),
@@ -57,7 +58,8 @@ class Tracer:
         self._procs = self._bpf["procs"]
         self._fns = {
             name: self._bpf.load_func(name.encode(), BPF.KPROBE).fd
-            for name in ("take_gil_entry", "cond_signal", "cond_timedwait")
+            for name in ("take_gil_entry", "cond_signal_lnotab", "cond_signal_pairs", "cond_signal_locations",
+                         "cond_timedwait")
         }
         self.traced: dict[int, Traced] = {}
         self._uprobes: dict[str, int] = {}  # event name -> perf event fd
@@ -80,6 +82,7 @@ class Tracer:
             h.cond_stride, h.long_wait_ns, h.convoy_ns = plan.cond_stride, long_wait_ns, convoy_ns
             h.long_hold_ns = long_wait_ns  # one threshold makes a wait or a hold "long"
             h.hold_record_ns = ring.HOLD_RECORD_NS
+            h.py = ring.PyLayout.from_buffer_copy(bytes.fromhex(plan.py_layout)) if plan.py_layout else ring.PyLayout()
             h.pidns_dev, h.pidns_ino = pidns.st_dev, pidns.st_ino
 
         slots = MmapableArray(f"otelgil_{pid}", ring.SLOT_SIZE, ring.entries(self.nslots), init)

@@ -7,6 +7,8 @@ import sys
 from helpers import ROOT
 
 ROW = re.compile(r"^GET /\w+\s+([\d.]+)ms\s+([\d.]+)ms\s+([\d.]+)ms\s+([\d.]+)%\s+(.*)$")
+WAIT = re.compile(r"^  \+\s*[\d.]+ms  waited\s+[\d.]+ms: (\S+) held it [\d.]+ms in (\S+) \(workload\.py:\d+\)$")
+HOG_CODE = ("compute_stats", "_metrics_collector")  # examples/workload.py: where a forced switch finds the hog
 
 
 def test_demo_prints_the_slowest_spans(jaeger):
@@ -22,6 +24,9 @@ def test_demo_prints_the_slowest_spans(jaeger):
         assert wait + hold <= duration * 1.01, m.group(0)
     assert any(m.group(5).startswith("metrics-collector ") for m in rows), done.stdout  # the hog first
     assert max(float(m.group(4)) for m in rows) > 30, done.stdout
+    waits = [WAIT.match(line) for line in done.stdout.split("the slowest span's waits", 1)[1].splitlines()[1:]]
+    waits = [m for m in waits if m]
+    assert waits and any(m.group(1) == "metrics-collector" and m.group(2) in HOG_CODE for m in waits), done.stdout
     link = re.search(r"slowest trace in Jaeger's UI: (http://\S+/trace/[0-9a-f]{32})$", done.stdout, re.M)
     assert link, done.stdout  # the UI's build is beside the checkout, as in CI
     assert re.search(r"GilContention (inactive|pending|firing); its rule's 5-minute wait ratio is [\d.]+ ",

@@ -1,7 +1,7 @@
 """What a user sees in Jaeger's own UI (the build in ../shared/jaeger-ui, served by the
 session's Jaeger): the slowest /io trace of the Flask example, opened in headless
-Chromium, its span expanded, shows the gil.* tags and a gil.wait log naming the hog.
-The screenshot stays in $OTEL_GIL_ARTIFACTS (default /tmp/otel-gil-artifacts)."""
+Chromium, its span expanded, shows the gil.* tags and a gil.wait log naming the hog, and
+its timeline a gil.wait bar per long wait naming the hog's code. The screenshots stay in $OTEL_GIL_ARTIFACTS (default /tmp/otel-gil-artifacts)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,25 @@ def click(browser: Chromium, element: str) -> None:
     browser.evaluate(f"{element}.click()")
 
 
+def open_trace(trace_id: str, shot: Path, ready: str, clicks: list[str], tables: int):
+    """Open the trace's page, wait until ``ready`` (a JS expression) holds, click through
+    ``clicks``, then screenshot: (``ready``'s value, the key/value tables shown, at least ``tables``)."""
+    url = f"{stack.JAEGER_QUERY}/trace/{trace_id}"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    try:
+        with Chromium() as browser:
+            browser.navigate(url)
+            value = browser.wait_for(ready)
+            for element in clicks:
+                click(browser, element)
+            shown = browser.wait_for(f"{TABLES}.length >= {tables} && {TABLES}")
+            browser.screenshot(shot)
+    except BrowserError as exc:
+        pytest.fail(f"{url}: {exc}")
+    print(f"Jaeger UI screenshot: {shot}")
+    return value, shown
+
+
 def _first_blocker(span: dict):
     logs = sorted(span.get("logs", []), key=lambda log: log["timestamp"])
     fields = {f["key"]: f["value"] for f in logs[0]["fields"]} if logs else {}
@@ -51,20 +70,8 @@ def test_the_slow_io_span_shows_its_gil_tags_and_the_hog_in_jaeger_ui(collector_
     shown_first = [s for s in spans if _first_blocker(s) == HOG]
     assert shown_first, [_first_blocker(s) for s in spans]
     slowest = max(shown_first, key=lambda s: s["duration"])
-    url = f"{stack.JAEGER_QUERY}/trace/{slowest['traceID']}"
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / f"jaeger-ui-{slowest['traceID']}.png"
-    try:
-        with Chromium() as browser:
-            browser.navigate(url)
-            click(browser, OPEN_SPAN)
-            click(browser, TAGS_HEADER)
-            click(browser, LOG_HEADER)
-            tables = browser.wait_for(f"{TABLES}.length >= 2 && {TABLES}")
-            browser.screenshot(shot)
-    except BrowserError as exc:
-        pytest.fail(f"{url}: {exc}")
-    print(f"Jaeger UI screenshot: {shot}")
+    _, tables = open_trace(slowest["traceID"], shot, "true", [OPEN_SPAN, TAGS_HEADER, LOG_HEADER], 2)
 
     tags = dict(row for row in tables[0] if len(row) == 2)
     for key in ("gil.wait_ms", "gil.hold_ms", "gil.wait_ratio", "gil.hold_ratio", "gil.acquisitions",
@@ -75,3 +82,35 @@ def test_the_slow_io_span_shows_its_gil_tags_and_the_hog_in_jaeger_ui(collector_
     log = dict(row for row in tables[1] if len(row) == 2)
     assert log.get("event") == "gil.wait" and log.get("gil.blocker.thread.name") == HOG, (log, shot)
     assert float(log["gil.wait_ms"]) > 0, (log, shot)
+
+
+WAIT_ROWS = "[...document.querySelectorAll('a.span-name')].filter(a => a.innerText.includes('gil.wait'))"
+
+
+def test_the_waits_are_bars_in_the_trace_timeline_naming_the_hogs_code(collector_app):
+    """The slowest /io trace's timeline shows a gil.wait child bar per long wait; opening one
+    shows the hog's thread and function (examples/workload.py's compute_stats or its loop)."""
+    if stack.jaeger_ui_assets() is None:
+        pytest.fail(f"Jaeger's UI build is missing at {stack.JAEGER_UI}")
+    svc = collector_app("flask", "dev", SERVICE + "-bars", hog=True)
+    drive(svc.address, "/io", 10, concurrency=1)
+    spans = server_spans(SERVICE + "-bars", "GET /io", 10)
+    slowest = max(spans, key=lambda s: s["duration"])
+    bars = [s for s in stack.jaeger_spans(SERVICE + "-bars")
+            if s["traceID"] == slowest["traceID"] and s["operationName"] == "gil.wait"]
+    long = [log for log in slowest.get("logs", []) if {f["key"]: f["value"] for f in log["fields"]}["gil.wait_ms"]
+            >= 5.0]  # the default threshold: the switch interval
+    assert bars and len(bars) == len(long), (len(bars), len(long))
+    bars.sort(key=lambda s: s["startTime"])  # the timeline's order of sibling rows
+    hogs = [i for i, s in enumerate(bars) if s["tags"].get("gil.blocker.thread.name") == HOG]
+    assert hogs, [s["tags"] for s in bars]
+    opened = max(hogs, key=lambda i: bars[i]["duration"])  # another thread (an exporter's) may block a wait too
+    shot = ARTIFACTS / f"jaeger-ui-gil-wait-{slowest['traceID']}.png"
+    shown, tables = open_trace(slowest["traceID"], shot, f"{WAIT_ROWS}.length >= {len(bars)} && {WAIT_ROWS}.length",
+                               [f"{WAIT_ROWS}[{opened}]", TAGS_HEADER], 1)
+    assert shown == len(bars), (shown, len(bars), shot)
+    tags = dict(row for row in tables[0] if len(row) == 2)
+    assert tags.get("gil.blocker.thread.name") == HOG, (tags, shot)
+    assert float(tags["gil.wait_ms"]) == pytest.approx(bars[opened]["tags"]["gil.wait_ms"]), (tags, shot)
+    assert tags.get("gil.blocker.code.function.name") in ("compute_stats", "_metrics_collector"), (tags, shot)
+    assert tags.get("gil.blocker.code.file.path", "").endswith("examples/workload.py"), (tags, shot)

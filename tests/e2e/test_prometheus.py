@@ -22,7 +22,7 @@ from helpers import LOAD, ROOT, stack
 
 RULES = ROOT / "examples" / "alerts" / "gil-rules.yml"
 FOR_S = 10
-# Four /io requests at a time keep ~3 threads waiting with the hog (~0.2 without): the
+# Four /io requests at a time keep ~3 threads waiting with the hog (~0.2-0.5 without): the
 # rule's 5-minute rate (counted from the first sample) crosses 0.5 after ~50 s, then FOR_S.
 WITHIN_S = 120
 ALERT = "GilContention"
@@ -92,7 +92,9 @@ def test_wait_alert_fires_with_the_hog_and_not_without(collector_app, prometheus
     assert "firing" in seen["hog"], f"{ALERT} did not fire within {WITHIN_S} s: {seen}, {now}"
     assert seen["hog"]["firing"] - seen["hog"]["pending"] >= FOR_S - 1, seen  # pending for the rule's for: first
     assert not seen["calm"], f"{ALERT} went {seen['calm']} without the hog ({now})"
-    assert now["calm"] < 0.5 < now["hog"], now
+    # The contrast, not the calm app's own level: on 2 shared cores its four requests wait for
+    # each other ~0.2-0.5 s/s (0.51 in one CI run, still far from firing on the 5-minute rate).
+    assert now["hog"] > max(0.5, 3 * now["calm"]), now
     for job in jobs.values():
         check_thread_names(job)
 

@@ -23,6 +23,11 @@ def run_check(name: str, *args: str) -> dict:
     return json.loads(done.stdout)
 
 
+# The most a logged hold's location costs the hook: 0.3 us with warm caches (bench/longhold.py),
+# 0.8-1.3 us after a 50 us sleep here, more on a loaded machine.
+LOCATION_NS = 5_000
+
+
 def close(a: float, b: float) -> bool:
     """The two writers agree (figures in ns): within 1 % or 0.5 ms."""
     return abs(a - b) <= max(0.01 * max(a, b), 500_000)
@@ -43,7 +48,11 @@ def test_both_writers_count_the_same_hand_offs(dual):
         assert loop["collector"]["acquisitions"] == hand_offs, loop
         assert 2 * iterations <= hand_offs <= 2 * iterations + 3, loop  # + os.pipe and its closes
     loop = dual["loop_holding"]
-    assert close(loop["collector"]["hold_ns"], loop["inprocess"]["hold_ns"]), loop
+    # Its holds (0.1 ms or more) are logged with their location: the hook copies it before the
+    # real pthread_cond_signal, so the probe sees each of those holds longer by that copy.
+    extra = loop["collector"]["hold_ns"] - loop["inprocess"]["hold_ns"]
+    assert close(loop["collector"]["hold_ns"], loop["inprocess"]["hold_ns"] + max(0, min(extra, LOCATION_NS * dual[
+        "loop_holding_located"]))), (loop, dual["loop_holding_located"])
     assert close(loop["collector"]["wait_ns"], loop["inprocess"]["wait_ns"]), loop
 
 

@@ -1,6 +1,7 @@
 """`otel-gil report --pid` and `otel-gil top --pid`: any running Python process, no
-otel_gil inside, per-thread figures within 5 % of what its PyDLL bursts imply, a
-timeline whose hog bars sit where the bursts were, and a live view driven in tmux."""
+otel_gil inside, per-thread figures within 5 % of what its PyDLL bursts imply, hold time
+by function naming the line of the bursts on every build, a timeline whose hog bars sit
+where the bursts were (and name that code), and a live view driven in tmux."""
 
 import json
 import os
@@ -43,6 +44,17 @@ def hog_hold_ok(measured_ms: float, truth: dict) -> bool:
     busy machine stretches (CI: one burst timed 63 ms), so the truth is a ceiling, within 5 %."""
     floor_ms = len(truth["bursts"]) * BURST_NS / 1e6
     return floor_ms <= measured_ms <= truth["hog_hold_ns"] / 1e6 * 1.05
+
+
+def check_functions(result: dict, truth: dict) -> None:
+    """Hold time by function: the place the hog's bursts ended (the line of its PyDLL call)
+    comes first, with the hog's hold (each burst located: none under another name)."""
+    places = result["functions"]["places"]
+    top = places[0]
+    assert [top["function"], top["file"], top["line"]] == truth["hog_code"], (places[:3], truth["hog_code"])
+    assert top["threads"] == ["gil-hog"] and top["holds"] == len(truth["bursts"]), top
+    assert hog_hold_ok(top["hold_s"] * 1e3, truth), (top, truth)
+    assert result["functions"]["logged_pct_of_hold"] > 90, result["functions"]
 
 
 def report_during_bursts(target: subprocess.Popen, *options: str) -> tuple[dict, dict, str]:
@@ -91,6 +103,7 @@ def test_report_json_against_ground_truth():
         assert within(io["waited_on"][0]["s"] * 1e3, truth["hog_hold_ns"] / 1e6), (io, truth)
     assert result["threads"][0]["tid"] == truth["tids"]["hog"]  # sorted by hold: the cause first
     assert result["wait_pct"] > result["hold_pct"] * 1.5  # two threads wait through each burst
+    check_functions(result, truth)
 
 
 def test_report_on_every_interpreter(interpreter):
@@ -108,6 +121,7 @@ def test_report_on_every_interpreter(interpreter):
     assert {role: names.get(tid) for role, tid in truth["tids"].items()} == truth["names"], names
     hog = next(t for t in result["threads"] if t["tid"] == truth["tids"]["hog"])
     assert hog_hold_ok(hog["hold_s"] * 1e3, truth), (hog, truth)
+    check_functions(result, truth)
 
 
 def test_report_on_an_interpreter_replaced_on_disk(tmp_path):
@@ -186,6 +200,8 @@ def test_timeline_shows_the_bursts_where_they_were(tmp_path):
             gap = round(g.x((t1 + after[0]) // 2))  # 100 ms of sleep: nothing holds
             assert not _is(shot.getpixel((gap, hog_y + 5)), timeline.HOLD), f"a hold bar between bursts at x={gap}"
     assert "held the GIL 50" in page  # the hover text of a burst
+    function, file, line = truth["hog_code"]
+    assert page.count(f"released in {function} ({file}:{line})") == len(bursts), page  # and where it ended
 
 
 def _tmux(*args: str) -> str:
@@ -219,7 +235,7 @@ def test_top_in_tmux_shows_the_hog_first_and_quits(quit_key):
     target.send_signal(signal.SIGUSR1)
     try:
         command = " ".join([*CLI, "top", "--pid", str(target.pid), "--interval", "0.5"])
-        _tmux("new-session", "-d", "-s", "top", "-x", "150", "-y", "20", "-e", f"PYTHONPATH={ROOT}", command)
+        _tmux("new-session", "-d", "-s", "top", "-x", "150", "-y", "30", "-e", f"PYTHONPATH={ROOT}", command)
         _pane_until(lambda s: "q quits" in s and re.search(r"^ +\d+ .*%", s, re.M), 60)
         first = _pane_until(lambda s: re.search(r"^ +\d+ .*%", s, re.M), 5)
         time.sleep(1.2)  # two more intervals: the view refreshes in place
@@ -240,6 +256,9 @@ def test_top_in_tmux_shows_the_hog_first_and_quits(quit_key):
         row = re.search(rf"^ +{tids[io]} .*", waited_on, re.M)
         assert row and re.search(rf"^ +{tids[io]} \S+ +\S+ \({tids['hog']}\)", row.group(0)), later
     assert first != later, "the view did not refresh"
+    # Where the GIL was held: the line of the hog's bursts (held by the hog, ~100 ms an interval).
+    held = later.split("held by function", 1)[1]
+    assert re.search(r"^ +[\d.]+% +\S+  hog \(\S*report_target\.py:\d+\), gil-h", held, re.M), later  # cut at 80 columns
 
 
 @pytest.mark.parametrize("case, expected", [

@@ -91,3 +91,21 @@ def log_hold(r: ring.Ring, tid: int, start: int, end: int) -> None:
     rec = page.holds[pos % ring.HOLDS_PER_PAGE]
     rec.start_ns, rec.end_ns, rec.tid = start, end, tid
     h.holds_written += 1
+
+
+def log_location(r: ring.Ring, index: int, frames: list[tuple[str, str, int]], why: int = 0) -> None:
+    """What a writer does after logging hold ``index``: where its thread's Python code was
+    (``frames``: (function, file, line), innermost first; strings stored as CPython keeps them)."""
+    loc = ring.LocationRecord.from_address(r._address + r._locations + index % ring.LOC_LEN * ring.SLOT_SIZE)
+    loc.seq = 2 * index + 1
+    loc.nframes, loc.why = len(frames), why
+    for record, (function, file, line) in zip(loc.frames, frames):
+        record.line = line
+        for name, text, size, keep_end in (("name", function, ring.LOC_NAME, False), ("file", file, ring.LOC_FILE, True)):
+            kind = 1 if max(map(ord, text), default=0) < 256 else 2 if max(map(ord, text)) < 65536 else 4
+            data = text.encode({1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}[kind])
+            kept = data[-size:] if keep_end and len(data) > size else data[:size]
+            setattr(record, f"{name}_kind", kind)
+            setattr(record, f"{name}_len", len(text))
+            ctypes.memmove(ctypes.addressof(record) + getattr(ring.FrameRecord, name).offset, kept, len(kept))
+    loc.seq = 2 * index + 2

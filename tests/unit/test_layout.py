@@ -11,7 +11,8 @@ from otel_gil import ring
 
 HEADER = Path(__file__).resolve().parents[2] / "otel_gil" / "gil_layout.h"
 STRUCTS = {"gil_header": ring.Header, "gil_slot": ring.Slot, "gil_long_wait": ring.LongWait,
-           "gil_long_hold": ring.LongHold, "gil_hold": ring.HoldRecord, "gil_hold_page": ring.HoldPage}
+           "gil_long_hold": ring.LongHold, "gil_hold": ring.HoldRecord, "gil_hold_page": ring.HoldPage,
+           "gil_frame": ring.FrameRecord, "gil_location": ring.LocationRecord, "gil_py_layout": ring.PyLayout}
 CONSTANTS = {
     "GIL_MAGIC": ring.MAGIC,
     "GIL_LAYOUT_VERSION": ring.LAYOUT_VERSION,
@@ -26,6 +27,23 @@ CONSTANTS = {
     "GIL_HOLDS_PER_PAGE": ring.HOLDS_PER_PAGE,
     "GIL_HOLD_PAGES": ring.HOLD_PAGES,
     "GIL_HOLD_RECORD_NS": ring.HOLD_RECORD_NS,
+    "GIL_LOC_LEN": ring.LOC_LEN,
+    "GIL_LOC_FRAMES": ring.LOC_FRAMES,
+    "GIL_LOC_NAME": ring.LOC_NAME,
+    "GIL_LOC_FILE": ring.LOC_FILE,
+    "GIL_LOC_WHYS": ring.LOC_WHYS,
+    "GIL_LOC_NO_LAYOUT": ring.LOC_NO_LAYOUT,
+    "GIL_LOC_HOLDER": ring.LOC_HOLDER,
+    "GIL_LOC_NO_FRAME": ring.LOC_NO_FRAME,
+    "GIL_LOC_UNREADABLE": ring.LOC_UNREADABLE,
+    "GIL_LOC_NOT_CODE": ring.LOC_NOT_CODE,
+    "GIL_LOC_NOT_STR": ring.LOC_NOT_STR,
+    "GIL_LOC_NO_LINE": ring.LOC_NO_LINE,
+    "GIL_FRAME_OBJECT": ring.FRAME_OBJECT,
+    "GIL_FRAME_INTERP": ring.FRAME_INTERP,
+    "GIL_LINES_LNOTAB": ring.LINES_LNOTAB,
+    "GIL_LINES_PAIRS": ring.LINES_PAIRS,
+    "GIL_LINES_LOCATIONS": ring.LINES_LOCATIONS,
 }
 
 
@@ -80,6 +98,9 @@ def test_header_and_hold_pages_fit_in_a_slot_sized_entry():
     assert ring.RING_LEN & (ring.RING_LEN - 1) == 0  # the BPF side masks the ring index
     assert ring.HIST_BUCKETS & (ring.HIST_BUCKETS - 1) == 0
     assert ctypes.sizeof(ring.HoldPage) <= ring.SLOT_SIZE  # a page of the hold log is one array entry
+    assert ctypes.sizeof(ring.LocationRecord) <= ring.SLOT_SIZE  # a location is one array entry
+    assert ring.LOC_LEN & (ring.LOC_LEN - 1) == 0 and ring.LOC_NAME % 4 == 0 and ring.LOC_FILE % 4 == 0
+    assert len(ring.LOC_WHY_NAMES) <= ring.LOC_WHYS
     for n in (ring.HOLD_LOG_LEN, ring.HOLDS_PER_PAGE):  # the BPF side masks hold indices
         assert n & (n - 1) == 0
 

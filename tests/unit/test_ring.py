@@ -3,7 +3,7 @@
 import pytest
 
 from otel_gil import ring
-from synthetic import log_hold, make_ring, record_hold, record_wait, slot_for
+from synthetic import log_hold, log_location, make_ring, record_hold, record_wait, slot_for
 
 
 def test_counters_close_open_intervals_at_now():
@@ -118,3 +118,37 @@ def test_held_during_clips_holds_to_the_wait():
     ends = [h.end_ns for h in holds]
     assert ring.held_during(holds, ends, 5, 30) == {1: 5 + 5, 2: 8}
     assert ring.held_during(holds, ends, 40, 50) == {}
+
+
+def test_a_location_reads_back_as_written_cut_where_it_is_long():
+    r = make_ring()
+    log_hold(r, 7, 1_000, 2_000_000)
+    long_path = "/srv/" + "d" * 200 + "/stats.py"
+    frames = [("Stats.compute_stats", "/srv/app/stats.py", 42), ("λ.<locals>.naïve", long_path, 7),
+              ("x" * 100, "/srv/😀/f.py", 0)]
+    log_location(r, 0, frames)
+    holds, _ = r.holds_since(0)
+    assert holds == [ring.Hold(1_000, 2_000_000, 7, 0)]
+    where = r.location(holds[0].index)
+    assert where.missing == ()
+    assert where.frames[0] == ring.Frame("Stats.compute_stats", "/srv/app/stats.py", 42)
+    assert where.frames[1].function == "λ.<locals>.naïve" and where.frames[1].line == 7
+    assert where.frames[1].file.startswith("…") and long_path.endswith(where.frames[1].file[1:])
+    assert where.frames[2] == ring.Frame("x" * ring.LOC_NAME + "…", "/srv/😀/f.py", None)
+
+
+def test_a_location_not_wholly_written_or_overwritten_is_none():
+    r = make_ring()
+    log_location(r, 3, [("f", "f.py", 1)])
+    assert r.location(3) is not None
+    assert r.location(3 + ring.LOC_LEN) is None  # its entry holds hold 3's, not this one's
+    record = ring.LocationRecord.from_address(r._address + r._locations + 3 * ring.SLOT_SIZE)
+    record.seq -= 1  # being written
+    assert r.location(3) is None
+    assert r.location(-1) is None
+
+
+def test_why_a_location_lacks_frames_is_named():
+    r = make_ring()
+    log_location(r, 0, [], why=1 << ring.LOC_HOLDER | 1 << ring.LOC_NO_LINE)
+    assert r.location(0) == ring.Location((), ("holder", "no_line"))

@@ -17,10 +17,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_gil import ring as ringlib
-from otel_gil import spans
+from otel_gil import spans, wait_spans
 from otel_gil.client import NO_COLLECTOR, PENDING, REGISTERED, Registration
 from otel_gil.spans import COLLECTOR_CHANGED, GilSpanProcessor
-from synthetic import log_hold, make_ring, record_wait, ring_bytes, slot_for
+from synthetic import log_hold, log_location, make_ring, record_wait, ring_bytes, slot_for
 
 
 @dataclass
@@ -457,3 +457,80 @@ def test_a_registration_changing_under_the_snapshot_never_shows_ok(fast):
     assert REGISTERED not in statuses, statuses.count(REGISTERED)
     assert set(statuses) <= {None, PENDING, NO_COLLECTOR, COLLECTOR_CHANGED}, set(statuses)
     assert seen_both(exporter), "spans saw both states"
+
+
+@pytest.fixture
+def wait_spans_at(request):
+    """wait_spans' threshold for one test (the instrumentor sets it; the hooks here do not)."""
+    def at(ms: float) -> None:
+        wait_spans.configure(ms)
+    yield at
+    wait_spans.configure(0)
+
+
+def test_each_wait_names_its_longest_holders_code_and_becomes_a_child_span(setup, wait_spans_at):
+    """The code of the hold that overlapped the wait most (not of the holder's other holds,
+    nor of the last releaser); a location that is gone gives no code.* attribute at all."""
+    tracer, _, ring, exporter = setup
+    wait_spans_at(2)
+    s = my_slot(ring)
+    hog, peer = 4242, 4343
+    with tracer.start_as_current_span("io") as io:
+        t = time.monotonic_ns()
+        log_hold(ring, hog, t - 1_000_000, t + 1_000_000)  # 1 ms inside the first wait
+        log_location(ring, 0, [("Stats.poll", "/srv/stats.py", 7)])
+        log_hold(ring, hog, t + 1_100_000, t + 4_000_000)  # 2.9 ms: the one that names the code
+        log_location(ring, 1, [("Stats.compute_stats", "/srv/stats.py", 42), ("run", "/srv/módulo.py", 3)])
+        log_hold(ring, peer, t + 4_000_000, t + 4_100_000)  # the last releaser
+        log_location(ring, 2, [("peer", "/srv/peer.py", 1)])
+        record_wait(s, t, t + 4_200_000, blocker=peer, held_ns=4_000_000)
+        log_hold(ring, hog, t + 5_000_000, t + 6_000_000)  # its location never written: gone
+        record_wait(s, t + 4_900_000, t + 6_100_000, blocker=hog, held_ns=1_000_000)
+        time.sleep(0.01)
+    io_context = io.get_span_context()
+    finished = exporter.get_finished_spans()
+    (span,) = [x for x in finished if x.name == "io"]
+    first, second = (e.attributes for e in span.events)
+    assert first["gil.blocker.thread.native_id"] == hog
+    assert (first["gil.blocker.code.function.name"], first["gil.blocker.code.file.path"],
+            first["gil.blocker.code.line.number"]) == ("Stats.compute_stats", "/srv/stats.py", 42)
+    assert first["gil.blocker.code.stacktrace"] == "Stats.compute_stats (/srv/stats.py:42)\nrun (/srv/módulo.py:3)"
+    assert second["gil.blocker.thread.native_id"] == hog and not any(k.startswith("gil.blocker.code") for k in second)
+    assert span.attributes["gil.top_blocker.code.function.name"] == "Stats.compute_stats"
+    assert span.attributes["gil.top_blocker.code.line.number"] == 42
+    # The first wait (4.2 ms >= 2) is a child span covering it exactly; the second (1.2 ms) is not.
+    (child,) = [x for x in finished if x.name == "gil.wait"]
+    assert child.parent.span_id == io_context.span_id and child.context.trace_id == io_context.trace_id
+    assert child.end_time - child.start_time == 4_200_000 and child.start_time == span.events[0].timestamp
+    assert dict(child.attributes) == dict(first) and not child.events
+    assert child.instrumentation_scope.name == "otel_gil"
+
+
+def test_wait_spans_are_bounded_by_the_slots_ring(setup, wait_spans_at):
+    """40 long waits in a span: the slot keeps the last RING_LEN, each an event and a child
+    span; the span counts the others in gil.long_waits_dropped."""
+    tracer, _, ring, exporter = setup
+    wait_spans_at(1)
+    s = my_slot(ring)
+    with tracer.start_as_current_span("io"):
+        t = time.monotonic_ns()
+        for i in range(40):
+            record_wait(s, t + i * 3_000_000, t + i * 3_000_000 + 2_000_000, blocker=1)
+        time.sleep(0.13)
+    finished = exporter.get_finished_spans()
+    (span,) = [x for x in finished if x.name == "io"]
+    children = sorted((x for x in finished if x.name == "gil.wait"), key=lambda x: x.start_time)
+    assert len(span.events) == len(children) == ringlib.RING_LEN
+    assert span.attributes["gil.long_waits_dropped"] == 40 - ringlib.RING_LEN
+    assert [c.start_time for c in children] == [e.timestamp for e in span.events]
+
+
+def test_no_wait_spans_when_turned_off(setup, wait_spans_at):
+    tracer, _, ring, exporter = setup
+    wait_spans_at(0)
+    s = my_slot(ring)
+    with tracer.start_as_current_span("io"):
+        t = time.monotonic_ns()
+        record_wait(s, t, t + 50_000_000, blocker=1)
+        time.sleep(0.06)
+    assert [x.name for x in exporter.get_finished_spans()] == ["io"]

@@ -101,12 +101,13 @@ def dual(socket_path: str) -> dict:
 
     loops = {}
     for name, iterations, hold_us in (("loop", 20_000, 0), ("loop_holding", 2_000, 50)):
-        before = read_both({"main": main})
+        before, located = read_both({"main": main}), inprocess.ring.header.locations_written
         _io_loop(iterations, hold_us)
         after = read_both({"main": main})
         loops[name] = {kind: {k: after[kind]["main"][k] - before[kind]["main"][k] for k in before[kind]["main"]}
                        for kind in rings}
         loops[f"{name}_iterations"] = iterations
+        loops[f"{name}_located"] = inprocess.ring.header.locations_written - located
     truth = _hog_and_victim(5, 50, read_both)
     registration.stop()
     inprocess.stop()

@@ -43,9 +43,11 @@ def hog() -> None:
         t_write = time.monotonic_ns()
         for _, w in pipes:
             libc.write(w, b"x", 1)
-        t0 = time.monotonic_ns()
-        libc.usleep(BURST_US)
+        t0, line = time.monotonic_ns(), sys._getframe().f_lineno + 1
+        libc.usleep(BURST_US)  # the hold ends right after (the I/O threads wait): where it was
         t1 = time.monotonic_ns()
+        code = sys._getframe().f_code
+        truth["hog_code"] = [getattr(code, "co_qualname", code.co_name), code.co_filename, line]
         truth["hog_hold_ns"] += t1 - t0
         truth["bursts"].append([t0, t1])
         for i in range(2):

@@ -39,6 +39,8 @@ def finished_spans() -> list[dict]:
         {
             "name": s.name,
             "span_id": f"{s.context.span_id:016x}",
+            "parent_id": f"{s.parent.span_id:016x}" if s.parent else None,
+            "end_ns": s.end_time,
             "attributes": dict(s.attributes),
             "events": [{"name": e.name, "timestamp": e.timestamp, "attributes": dict(e.attributes)} for e in s.events],
             "duration_ns": s.end_time - s.start_time,
@@ -93,14 +95,16 @@ def hog_and_victim(tracer, args) -> dict:
         with tracer.start_as_current_span("hog"):
             ready.wait()
             time.sleep(0.05)
+            code = sys._getframe().f_code
             for _ in range(args.bursts):
                 t_write = time.monotonic_ns()
                 _gil_holding_libc.write(w, b"x", 1)
-                t0 = time.monotonic_ns()
-                _gil_holding_libc.usleep(args.burst_ms * 1000)
+                t0, line = time.monotonic_ns(), sys._getframe().f_lineno + 1
+                _gil_holding_libc.usleep(args.burst_ms * 1000)  # the hold ends right after: its location
                 t1 = time.monotonic_ns()
                 truth["bursts_ns"].append(t1 - t0)
                 truth["victim_wait_ns"] += t1 - t_write
+                truth["hog_code"] = [getattr(code, "co_qualname", code.co_name), code.co_filename, line]
                 time.sleep(args.gap_ms / 1000)
         done.wait()
         release.wait()
@@ -126,6 +130,7 @@ def hog_and_victim(tracer, args) -> dict:
     flush.join()
     _wait_gone([flush])
     truth["metrics_flushed"] = read_metrics()
+    truth["switch_interval_ms"] = sys.getswitchinterval() * 1000  # the wait spans' default threshold
     return truth
 
 
@@ -264,10 +269,27 @@ def churn(tracer, args) -> dict:
     return {"threads": args.threads, "slot_overflows": ring.header.slot_overflows if ring else None}
 
 
+def _other_threads_off_the_gil(timeout_s: float = 10.0) -> None:
+    """Wait until no other thread of this process waits on a futex (the GIL's condition
+    variable is one): a fork with no CPython at-fork reinit (uWSGI's default) copies a waiter
+    count into the child's GIL condition variable, whose next signal then waits for good
+    (glibc quiesces waiters that do not exist there), otel-gil or not. uWSGI forks before
+    threads start; here the collector backend's registrar may still be finishing its work."""
+    me, deadline = threading.get_native_id(), time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        waiting = [tid for tid in os.listdir("/proc/self/task") if int(tid) != me
+                   and "futex" in open(f"/proc/self/task/{tid}/wchan").read()]
+        if not waiting:
+            return
+        time.sleep(0.01)
+    raise RuntimeError(f"threads {waiting} still wait on a futex: a C fork now could hang the child")
+
+
 def cfork(tracer, args) -> dict:
     """A fork made by C code, as uWSGI makes its workers (here libc's fork through PyDLL,
     the GIL held): no Python at-fork hook runs in the child. The child's spans each hold
     the GIL 5 ms (truth.hold_ns) and come back through a pipe."""
+    _other_threads_off_the_gil()
     r, w = os.pipe()
     pid = _gil_holding_libc.fork()
     if pid == 0:

@@ -1,0 +1,125 @@
+"""Where CPython keeps what otel-gil reads in its memory, per version: the one table.
+
+Both writers of the slot layout read the releasing thread's Python frames through
+these offsets (a logged hold's location: ``struct gil_py_layout`` in
+gil_layout.h, filled from a row here by whoever creates the ring), and the root
+tools read ``threading``'s thread names through them
+(``otel_gil_collector.threadnames``). Rows are for release builds with a GIL on
+64-bit Linux; ``tests/integration/test_pystructs.py`` compiles each interpreter's
+own headers and checks its row field by field, and on 3.13+ a process's own
+``_Py_DebugOffsets`` must agree with its row before either writer uses it
+(:func:`debug_offsets_disagree`).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from otel_gil import ring
+
+
+@dataclass(frozen=True)
+class Structs:
+    """One CPython version's offsets (bytes from the start of the struct named; -1: no such field)."""
+
+    # How frames and line tables work in this version (gil_layout.h: GIL_FRAME_*, GIL_LINES_*).
+    frame_kind: int
+    line_format: int
+    lasti_scale: int  # GIL_FRAME_OBJECT: bytes of code per f_lasti unit
+    code_tag_bits: int  # low tag bits of the frame's code reference (_PyStackRef)
+    skip_owner: int  # frames owned by this or higher are the interpreter's own
+    # Offsets, as struct gil_py_layout names them.
+    gil_last_holder: int
+    tstate_frame: int
+    cframe_frame: int
+    frame_previous: int
+    frame_code: int
+    frame_instr: int
+    frame_owner: int
+    code_name: int
+    code_filename: int
+    code_firstlineno: int
+    code_linetable: int
+    code_code: int
+    code_firsttraceable: int
+    bytes_size: int
+    bytes_data: int
+    str_length: int
+    str_state: int
+    str_ascii_data: int
+    str_compact_data: int
+    # Thread names: _PyRuntimeState.interpreters.head, PyInterpreterState.(imports.)modules,
+    # PyHeapTypeObject.ht_cached_keys.
+    interpreters_head: int
+    modules: int
+    cached_keys: int
+    # 3.13+: where _Py_DebugOffsets (at the start of _PyRuntime) keeps each field above that it has.
+    debug: dict[str, int] = field(default_factory=dict, hash=False)
+
+
+_OBJECT, _INTERP = ring.FRAME_OBJECT, ring.FRAME_INTERP
+_LNOTAB, _PAIRS, _LOCATIONS = ring.LINES_LNOTAB, ring.LINES_PAIRS, ring.LINES_LOCATIONS
+_DEBUG_FIELDS = ("interpreters_head", "tstate_frame", "frame_previous",
+                 "frame_code", "frame_instr", "frame_owner", "code_name", "code_filename", "code_firstlineno",
+                 "code_linetable", "code_code", "str_length", "str_state", "str_ascii_data", "bytes_size", "bytes_data")
+
+
+def _debug(*positions: int) -> dict[str, int]:
+    return dict(zip(_DEBUG_FIELDS, positions))
+
+
+STRUCTS: dict[tuple[int, int], Structs] = {
+    (3, 9): Structs(_OBJECT, _LNOTAB, 1, 0, 0, -24, 24, -1,
+                    24, 32, 104, -1, 112, 104, 40, 120, -1, -1, 16, 32, 16, 32, 48, 72, 32, 856, 864),
+    (3, 10): Structs(_OBJECT, _PAIRS, 2, 0, 0, -24, 24, -1,
+                     24, 32, 96, -1, 112, 104, 40, 120, -1, -1, 16, 32, 16, 32, 48, 72, 32, 856, 872),
+    (3, 11): Structs(_INTERP, _LOCATIONS, 0, 0, 3, -24, 56, 8,
+                     48, 32, 56, 69, 128, 112, 72, 136, 184, 168, 16, 32, 16, 32, 48, 72, 40, 888, 872),
+    (3, 12): Structs(_INTERP, _LOCATIONS, 0, 0, 3, -24, 56, 0,
+                     8, 0, 56, 70, 128, 112, 68, 136, 192, 176, 16, 32, 16, 32, 40, 56, 40, 944, 880),
+    (3, 13): Structs(_INTERP, _LOCATIONS, 0, 0, 3, -24, 72, -1, 8, 0, 56, 70, 128, 112, 68, 136, 200, 184, 16, 32, 16, 32, 40, 56, 632, 7656, 880,
+                     _debug(40, 184, 232, 240, 248, 264, 296, 280, 312, 304, 344, 552, 544, 560, 520, 528)),
+    (3, 14): Structs(_INTERP, _LOCATIONS, 0, 1, 3, -24, 72, -1, 8, 0, 56, 74, 128, 112, 68, 136, 208, 192, 16, 32, 16, 32, 40, 56, 808, 7688, 880,
+                     _debug(40, 208, 256, 264, 272, 288, 336, 320, 352, 344, 384, 632, 624, 640, 600, 608)),
+    (3, 15): Structs(_INTERP, _LOCATIONS, 0, 3, 3, -24, 72, -1, 8, 0, 56, 74, 128, 112, 68, 136, 208, 192, 16, 32, 16, 32, 40, 56, 936, 7592, 888,
+                     _debug(40, 208, 320, 328, 336, 352, 400, 384, 416, 408, 448, 728, 720, 736, 696, 704)),
+}
+
+DEBUG_COOKIE = b"xdebugpy"  # _Py_DebugOffsets starts with it (3.13+)
+_U64 = struct.Struct("<Q")
+
+
+def for_version(version: tuple[int, int]) -> Optional[Structs]:
+    return STRUCTS.get(tuple(version[:2]))
+
+
+def debug_offsets_disagree(structs: Structs, read: Callable[[int, int], bytes]) -> Optional[str]:
+    """Why a process's own _Py_DebugOffsets contradict ``structs`` (a build configured
+    otherwise moves the structs), or None if they agree; ``read(position, size)`` reads
+    ``_PyRuntime``'s bytes. Rows before 3.13 have nothing to check against."""
+    if not structs.debug:
+        return None
+    if read(0, len(DEBUG_COOKIE)) != DEBUG_COOKIE:
+        return "_PyRuntime does not start with _Py_DebugOffsets"
+    for name, position in structs.debug.items():
+        theirs = _U64.unpack(read(position, 8))[0]
+        if theirs != getattr(structs, name):
+            return f"this build's _Py_DebugOffsets put {name} at {theirs}, the table at {getattr(structs, name)}"
+    return None
+
+
+def py_layout(version: tuple[int, int], code_type: int, str_type: int, bytes_type: int) -> ring.PyLayout:
+    """The ``header.py`` of a ring for CPython ``version`` (``minor`` 0, no locations, if it
+    has no row), given where ``PyCode_Type``, ``PyUnicode_Type`` and ``PyBytes_Type`` are."""
+    layout = ring.PyLayout()
+    structs = for_version(version)
+    if structs is None:
+        return layout
+    for name, _ in ring.PyLayout._fields_:
+        if hasattr(structs, name):
+            setattr(layout, name, getattr(structs, name))
+    layout.minor = version[1]
+    layout.code_type, layout.str_type, layout.bytes_type = code_type, str_type, bytes_type
+    return layout

@@ -1,0 +1,132 @@
+"""The one table of CPython struct offsets (otel_gil/pystructs.py) against each interpreter's
+own headers: every build of the matrix compiles them and prints what its row must say,
+the positions in _Py_DebugOffsets on 3.13+ included."""
+
+import subprocess
+
+import pytest
+
+from helpers import matrix_names
+from otel_gil import pystructs
+
+# offsetof() of every field of a row, compiled against the interpreter's own headers.
+_STRUCTS_C = r"""
+#define Py_BUILD_CORE 1
+#include <Python.h>
+#include <internal/pycore_runtime.h>
+#include <internal/pycore_interp.h>
+#if PY_VERSION_HEX >= 0x030E0000
+#include <internal/pycore_interpframe_structs.h>
+#elif PY_VERSION_HEX >= 0x030B0000
+#include <internal/pycore_frame.h>
+#else
+#include <frameobject.h>
+#endif
+#if PY_VERSION_HEX >= 0x030E0000
+#include <internal/pycore_debug_offsets.h>
+#endif
+#include <stddef.h>
+#include <stdio.h>
+#define P(name, value) printf("%s %ld\n", name, (long)(value))
+#define D(ours, theirs) printf("debug.%s %zu\n", ours, offsetof(_Py_DebugOffsets, theirs))
+int main(void) {
+    P("minor", PY_MINOR_VERSION);
+    P("gil_last_holder", (long)offsetof(struct _gil_runtime_state, last_holder) - (long)offsetof(struct _gil_runtime_state, cond));
+#if PY_VERSION_HEX >= 0x030D0000
+    P("tstate_frame", offsetof(PyThreadState, current_frame));
+    P("cframe_frame", -1);
+#elif PY_VERSION_HEX >= 0x030B0000
+    P("tstate_frame", offsetof(PyThreadState, cframe));
+    P("cframe_frame", offsetof(_PyCFrame, current_frame));
+#else
+    P("tstate_frame", offsetof(PyThreadState, frame));
+    P("cframe_frame", -1);
+#endif
+#if PY_VERSION_HEX >= 0x030B0000
+    P("frame_previous", offsetof(_PyInterpreterFrame, previous));
+#if PY_VERSION_HEX >= 0x030D0000
+    P("frame_code", offsetof(_PyInterpreterFrame, f_executable));
+    P("frame_instr", offsetof(_PyInterpreterFrame, instr_ptr));
+#else
+    P("frame_code", offsetof(_PyInterpreterFrame, f_code));
+    P("frame_instr", offsetof(_PyInterpreterFrame, prev_instr));
+#endif
+    P("frame_owner", offsetof(_PyInterpreterFrame, owner));
+    P("code_name", offsetof(PyCodeObject, co_qualname));
+    P("code_code", offsetof(PyCodeObject, co_code_adaptive));
+    P("code_firsttraceable", offsetof(PyCodeObject, _co_firsttraceable));
+#else
+    P("frame_previous", offsetof(PyFrameObject, f_back));
+    P("frame_code", offsetof(PyFrameObject, f_code));
+    P("frame_instr", offsetof(PyFrameObject, f_lasti));
+    P("frame_owner", -1);
+    P("code_name", offsetof(PyCodeObject, co_name));
+    P("code_code", -1);
+    P("code_firsttraceable", -1);
+#endif
+    P("code_filename", offsetof(PyCodeObject, co_filename));
+    P("code_firstlineno", offsetof(PyCodeObject, co_firstlineno));
+#if PY_VERSION_HEX >= 0x030A0000
+    P("code_linetable", offsetof(PyCodeObject, co_linetable));
+#else
+    P("code_linetable", offsetof(PyCodeObject, co_lnotab));
+#endif
+    P("bytes_size", offsetof(PyVarObject, ob_size));
+    P("bytes_data", offsetof(PyBytesObject, ob_sval));
+    P("str_length", offsetof(PyASCIIObject, length));
+    P("str_state", offsetof(PyASCIIObject, state));
+    P("str_ascii_data", sizeof(PyASCIIObject));
+    P("str_compact_data", sizeof(PyCompactUnicodeObject));
+    /* threadnames */
+    P("interpreters_head", offsetof(_PyRuntimeState, interpreters.head));
+#if PY_VERSION_HEX >= 0x030C0000
+    P("modules", offsetof(PyInterpreterState, imports.modules));
+#else
+    P("modules", offsetof(PyInterpreterState, modules));
+#endif
+    P("cached_keys", offsetof(PyHeapTypeObject, ht_cached_keys));
+#if PY_VERSION_HEX >= 0x030D0000
+    D("interpreters_head", runtime_state.interpreters_head);
+    D("tstate_frame", thread_state.current_frame);
+    D("frame_previous", interpreter_frame.previous);
+    D("frame_code", interpreter_frame.executable);
+    D("frame_instr", interpreter_frame.instr_ptr);
+    D("frame_owner", interpreter_frame.owner);
+    D("code_name", code_object.qualname);
+    D("code_filename", code_object.filename);
+    D("code_firstlineno", code_object.firstlineno);
+    D("code_linetable", code_object.linetable);
+    D("code_code", code_object.co_code_adaptive);
+    D("str_length", unicode_object.length);
+    D("str_state", unicode_object.state);
+    D("str_ascii_data", unicode_object.asciiobject_size);
+    D("bytes_size", bytes_object.ob_size);
+    D("bytes_data", bytes_object.ob_sval);
+#endif
+    return 0;
+}
+"""
+_COMPILE = """set -e
+include=$("$0" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+out=$(mktemp)
+gcc -w -x c -I"$include" -I"$include/internal" -o "$out" -
+"$out"
+rm -f "$out"
+"""
+BUILDS = [name for name in matrix_names() if not name.endswith("-container")]  # containers share the files
+
+
+@pytest.mark.parametrize("name", BUILDS)
+def test_the_row_matches_the_headers(matrix_runner, name):
+    runner = matrix_runner(name)
+    done = subprocess.run([*runner.prefix, "sh", "-c", _COMPILE, runner.python], input=_STRUCTS_C,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"compiling against {name}'s headers failed (python3.X-dev?):\n{done.stderr}"
+    facts = dict(line.split() for line in done.stdout.splitlines())
+    row = pystructs.for_version((3, int(facts.pop("minor"))))
+    assert row is not None
+    debug = {key[len("debug."):]: int(value) for key, value in facts.items() if key.startswith("debug.")}
+    assert row.debug == debug
+    for key, value in facts.items():
+        if not key.startswith("debug."):
+            assert getattr(row, key) == int(value), key
