@@ -84,7 +84,13 @@ for name in "$@"; do
     recipe "$name" >/dev/null
     dir=$cache/$name-$recipe_hash
     if [ ! -d "$dir" ]; then
-        rm -rf --one-file-system "$cache/$name"-*.tmp
+        # A build that was killed (debootstrap mounts /proc in its target) leaves mounts in its
+        # half-made tree: detach them (we hold the lock: no build runs), then remove it.
+        for tmp in "$cache/$name"-*.tmp; do
+            [ -d "$tmp" ] || continue
+            findmnt -rn -o TARGET | grep -F "$tmp/" | sort -r | xargs -r -n 1 umount -l
+            rm -rf --one-file-system "$tmp"
+        done
         start=$SECONDS
         echo "rootfs.sh: building $name (1-10 minutes)..." >&2
         build "$name" "$dir.tmp" || { rm -rf --one-file-system "$dir.tmp"; exit 1; }
