@@ -16,7 +16,7 @@ def test_holds_sum_by_innermost_frame_within_the_window():
     holds = [hold(0, 0, 5), hold(1, 6, 16), hold(2, 20, 23, tid=8), hold(3, 30, 31), hold(4, 40, 42), hold(5, 50, 60)]
     locations = {0: SPIN, 1: STATS, 2: SPIN, 3: NO_FRAME, 4: None}  # 4: gone; 5: never read
     p = functions.profile(holds, locations, since_ns=int(2e6), until_ns=int(55e6))
-    assert [(f.where, f.hold_ns, f.holds, f.longest_ns, f.tids) for f in p.functions] == [
+    assert [(f.where(), f.hold_ns, f.holds, f.longest_ns, f.tids) for f in p.functions] == [
         ("Stats.compute (/srv/stats.py:42)", 10_000_000, 1, 10_000_000, {7}),
         ("spin (/srv/a.py:15)", 3_000_000 + 3_000_000, 2, 5_000_000, {7, 8}),  # the first clipped to the window
     ]
@@ -26,4 +26,5 @@ def test_holds_sum_by_innermost_frame_within_the_window():
 
 def test_an_unknown_line_is_shown_as_such():
     f = functions.profile([hold(0, 0, 1)], {0: ring.Location((ring.Frame("f", "/x.py", None),), ("no_line",))})
-    assert [x.where for x in f.functions] == ["f (/x.py:?)"]
+    assert [x.where() for x in f.functions] == ["f (/x.py:?)"]
+    assert f.functions[0].where(basename=True) == "f (x.py:?)"  # top's narrow column
