@@ -40,6 +40,7 @@ if _fastspan is not None and (_fastspan.LAYOUT_VERSION, _fastspan.SLOT_SIZE) != 
     _fastspan = None
 
 _SNAPSHOT_ATTR = "_otel_gil_start"
+_THREAD_KEYS = ("thread.name", "thread.id")  # set on every span, copied onto its wait spans
 CROSS_THREAD = "cross_thread"
 COLLECTOR_CHANGED = "collector_changed"
 _local = threading.local()
@@ -307,7 +308,7 @@ def end_wrapper(wrapped, instance: Span, args, kwargs):
         _set_attributes(instance, attrs)
         for name, attributes, timestamp, _ in events:
             instance.add_event(name, attributes, timestamp)
-        wait_spans.emit(instance, wait_spans.pick(events))
+        wait_spans.emit(instance, wait_spans.pick(events), {k: attrs[k] for k in _THREAD_KEYS})
         if start.metrics is not None and instance.kind is SpanKind.SERVER and "gil.wait_ratio" in attrs:
             record_server_span(start, instance, attrs["gil.wait_ratio"])
     except Exception:

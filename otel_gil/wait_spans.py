@@ -2,9 +2,10 @@
 that a trace's timeline shows the bars where the request stood still for the GIL.
 
 Made when the parent ends (its waits are then known from the ring), with the wait's own
-start and end, the attributes of its ``gil.wait`` event (who held the GIL, and where),
-through the parent's span processor (the provider's exporters see them like any span)
-and under otel_gil's instrumentation scope. They bypass otel-gil's span hooks: a wait
+start and end, the waiting thread's ``thread.id``/``thread.name`` (as on any span), the
+attributes of its ``gil.wait`` event (who held the GIL, and where), through the parent's
+span processor (the provider's exporters see them like any span) and under otel_gil's
+instrumentation scope. They bypass otel-gil's span hooks: a wait
 span gets no GIL figures and no wait spans of its own. They are as many as the span's
 ``gil.wait`` events at most: the 16 long waits a thread's slot keeps (``RING_LEN``; the
 parent's ``gil.long_waits_dropped`` counts the rest).
@@ -42,8 +43,9 @@ def _original(name: str):
     return getattr(method, "__wrapped__", method)
 
 
-def emit(parent: Span, waits: list[tuple[str, dict, int, int]]) -> None:
-    """End a child span of ``parent`` for each wait (called while ``parent`` is still open)."""
+def emit(parent: Span, waits: list[tuple[str, dict, int, int]], thread: dict) -> None:
+    """End a child span of ``parent`` for each wait (called while ``parent`` is still open);
+    ``thread`` holds the waiting thread's ``thread.*`` attributes."""
     if not waits:
         return
     parent_context = parent.get_span_context()
@@ -51,7 +53,7 @@ def emit(parent: Span, waits: list[tuple[str, dict, int, int]]) -> None:
     for _, attributes, start_ns, end_ns in waits:
         context = SpanContext(parent_context.trace_id, _ids.generate_span_id(), is_remote=False,
                               trace_flags=parent_context.trace_flags, trace_state=parent_context.trace_state)
-        child = _Span(NAME, context, parent=parent_context, resource=parent.resource, attributes=attributes,
+        child = _Span(NAME, context, parent=parent_context, resource=parent.resource, attributes={**thread, **attributes},
                      kind=SpanKind.INTERNAL, span_processor=parent._span_processor, instrumentation_scope=_SCOPE,
                      limits=parent._limits)
         start(child, start_time=start_ns)

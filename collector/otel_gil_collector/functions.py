@@ -9,6 +9,7 @@ share of the hold time), and the logged holds whose location was not read, by wh
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -29,9 +30,10 @@ class Function:
     longest_ns: int = 0
     tids: set[int] = field(default_factory=set)
 
-    @property
-    def where(self) -> str:
-        return f"{self.function} ({self.file}:{self.line or '?'})"
+    def where(self, basename: bool = False) -> str:
+        """``function (file:line)``, the file's directory left out if ``basename``."""
+        file = os.path.basename(self.file) if basename else self.file
+        return f"{self.function} ({file}:{self.line or '?'})"
 
 
 @dataclass

@@ -72,7 +72,8 @@ class Frames:
             lines += ["", "held by function (where holds of 0.1 ms or more ended):"]
             for f in by_function.functions[:FUNCTIONS]:
                 threads = ", ".join(sorted(self._name(t) for t in f.tids))
-                lines.append(f"{100 * f.hold_ns / dt:>7.1f}% {fmt_ns(f.hold_ns):>8}  {f.where}, {threads}")
+                where = f.where(basename=True)  # report has the paths
+                lines.append(f"{100 * f.hold_ns / dt:>7.1f}% {fmt_ns(f.hold_ns):>8}  {threads[:19]:<19} {where}")
         return lines
 
     def _name(self, tid: int) -> str:

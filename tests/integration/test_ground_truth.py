@@ -70,7 +70,9 @@ def test_long_waits_name_the_blocker(report):
 
 
 def test_thread_attributes_follow_semantic_conventions(report):
+    names = {s["span_id"]: s["name"] for s in report["spans"]}
     for s in report["spans"]:
         assert isinstance(s["attributes"]["thread.id"], int)
-        assert s["attributes"]["thread.name"] == s["name"].replace("hog", "gil-hog")
+        named_for = names[s["parent_id"]] if s["name"] == "gil.wait" else s["name"]  # a wait: its parent's thread
+        assert s["attributes"]["thread.name"] == named_for.replace("hog", "gil-hog")
         assert "gil.status" not in s["attributes"]

@@ -6,7 +6,9 @@ while a victim waits, then a pure-Python loop holds it in switch-interval slices
 Truth: the function's name as its code object gives it (qualified on 3.11+), the file it
 was compiled as, the line of the call (of the loop, for the pure-Python slices). A location
 is right, absent (its why counted), or a failure: no wrong name or line is tolerated; at
-least 90 % of the holds of each case are named; where both writers logged the same hold
+least 90 % of the holds of each case are named (a hold that outlasted its call, released in
+the driver because the victim's drop request came late on a loaded machine, is true but
+not this case's: it is left out, and most must not be); where both writers logged the same hold
 (holds of 1 ms or more whose ends are within 200 µs), their frames agree wherever both read them."""
 
 from __future__ import annotations
@@ -49,7 +51,10 @@ def check_writer(report: dict, kind: str) -> None:
         matched = holds_of(truth, holds)
         assert matched, (kind, truth, "no logged hold")
         for hold in matched:
-            case = named.setdefault(truth["case"], [0, 0])
+            case = named.setdefault(truth["case"], [0, 0, 0])
+            if hold["frames"] and hold["frames"][0][:2] == report["driver"]:
+                case[2] += 1
+                continue
             case[1] += 1
             if not hold["frames"]:
                 continue
@@ -60,7 +65,8 @@ def check_writer(report: dict, kind: str) -> None:
                 assert [tuple(f) for f in hold["frames"][1:]] == [
                     (report["deep_function"], report["file"], report["recurse_line"])] * 3, (kind, hold)
             case[0] += line is not None
-    for case, (good, total) in named.items():
+    for case, (good, total, outlasted) in named.items():
+        assert outlasted < total, (kind, case, outlasted, "holds outlasted their call: most must not")
         assert good >= NAMED * total, (kind, case, good, total, report["writers"][kind]["misses"])
 
 

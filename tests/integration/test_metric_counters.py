@@ -31,6 +31,8 @@ def test_counters_stay_monotonic_when_threads_exit(report):
     for instrument, by_name in alive.items():
         for name, value in by_name.items():
             assert exited[instrument][name] >= value, (instrument, name)
+        if instrument not in ADDED_AT_EXIT:  # gil.location.misses: by reason, not by thread
+            continue
         # Nothing counted twice: between the two reads the threads only woke and exited
         # (measured: ~1 ms of hold, 3 acquisitions); one thread counted twice adds ~0.5 s.
         # MainThread is left out: it joins and polls /proc meanwhile, a sleep per millisecond.

@@ -258,7 +258,7 @@ def test_top_in_tmux_shows_the_hog_first_and_quits(quit_key):
     assert first != later, "the view did not refresh"
     # Where the GIL was held: the line of the hog's bursts (held by the hog, ~100 ms an interval).
     held = later.split("held by function", 1)[1]
-    assert re.search(r"^ +[\d.]+% +\S+  hog \(\S*report_target\.py:\d+\), gil-h", held, re.M), later  # cut at 80 columns
+    assert re.search(r"^ +[\d.]+% +\S+  gil-hog +hog \(report_target\.py:\d+\)$", held, re.M), later
 
 
 @pytest.mark.parametrize("case, expected", [

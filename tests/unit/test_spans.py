@@ -502,7 +502,8 @@ def test_each_wait_names_its_longest_holders_code_and_becomes_a_child_span(setup
     (child,) = [x for x in finished if x.name == "gil.wait"]
     assert child.parent.span_id == io_context.span_id and child.context.trace_id == io_context.trace_id
     assert child.end_time - child.start_time == 4_200_000 and child.start_time == span.events[0].timestamp
-    assert dict(child.attributes) == dict(first) and not child.events
+    thread = {k: span.attributes[k] for k in ("thread.id", "thread.name")}
+    assert dict(child.attributes) == {**thread, **first} and not child.events
     assert child.instrumentation_scope.name == "otel_gil"
 
 

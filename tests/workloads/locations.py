@@ -26,7 +26,7 @@ from otel_gil.client import Registration
 from otel_gil.inprocess import InProcess
 
 FILE = "/srv/módulo_統計_🐍/lieu.py"  # never opened: a code object's file is the name it was compiled with
-HOLD_US = 8_000
+HOLD_US = 20_000  # the victim's drop request (5 ms into its wait) lands inside the call even when its wake-up is late
 CALLS = 5  # per case
 DEPTH = 200
 SPIN_S = 0.15
@@ -167,7 +167,7 @@ def main(socket_path: str) -> dict:
     time.sleep(0.01)
     report = {
         "version": list(sys.version_info[:2]), "file": FILE, "hold_us": HOLD_US, "truth": truth, "recurse_line": _line("# RECURSE"),
-        "deep_function": _name(ns["deep"].__code__),
+        "deep_function": _name(ns["deep"].__code__), "driver": [_name(hog.__code__), hog.__code__.co_filename],
         "writers": {kind: {"holds": _holds(ring, threads[1].native_id, since),
                            "misses": dict(zip(ringlib.LOC_WHY_NAMES, ring.header.location_misses))}
                     for kind, ring in (("collector", registration.ring), ("inprocess", inprocess.ring))},
