@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 # The oldest OpenTelemetry SDK we support, for the span-hook tests.
 SDK_MIN := opentelemetry-api==1.30.0 opentelemetry-sdk==1.30.0 opentelemetry-instrumentation==0.51b0
 
-.PHONY: host venv matrix rootfs tools wheels demo test test-sdk-min bench clean
+.PHONY: host venv matrix rootfs tools wheels demo test test-sdk-min bench soak clean
 
 host:
 	$(SUDO) scripts/setup-host.sh
@@ -59,6 +59,12 @@ tools:
 
 test: host venv matrix rootfs tools wheels test-sdk-min
 	$(SUDO) $(PY) -m pytest -ra tests
+
+# The soak for 30 minutes (85 s per build and backend, 20 runs; CI runs 4 s each): every span's
+# invariants under thread churn, forks, re-instrumentation and a subinterpreter; what it ran and
+# saw in bench/SOAK.md.
+soak: host venv matrix rootfs
+	$(SUDO) env OTEL_GIL_SOAK_S=85 OTEL_GIL_SOAK_REPORT=bench/SOAK.md $(PY) -m pytest -q tests/integration/test_soak.py
 
 # Every benchmark, side by side in one run each; results in bench/RESULTS.md (minutes; run on an idle machine).
 bench: host venv

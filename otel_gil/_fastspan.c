@@ -27,6 +27,9 @@
 
 #include "gil_layout.h"
 
+/* How far wait + hold may pass a span's duration (the clocks' reads around it): spans.CLOCK_SLACK_NS. */
+#define CLOCK_SLACK_NS 50000
+
 /* A thread's figures, open wait and hold closed at some instant. */
 struct counters {
 	uint64_t wait_ns, hold_ns, acquisitions, convoy_waits, long_waits;
@@ -634,6 +637,9 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 		duration = (long long)(now - start->mono_ns);
 	if (duration < 1)
 		duration = 1;
+	if (end.wait_ns < c0->wait_ns || end.hold_ns < c0->hold_ns || end.acquisitions < c0->acquisitions ||
+	    end.convoy_waits < c0->convoy_waits || wait + hold > (uint64_t)duration + CLOCK_SLACK_NS)
+		return 0; /* figures that break an invariant: the Python hook drops them and says so */
 	*wait_ratio = (double)wait / (double)duration;
 	PyObject *keys[] = {k_thread_name, k_thread_id, k_wait_ms, k_hold_ms, k_wait_ratio, k_hold_ratio,
 			    k_acquisitions, k_convoy_waits};
@@ -1041,7 +1047,8 @@ PyMODINIT_FUNC PyInit__fastspan(void)
 	if (PyModule_AddObject(m, "Start", (PyObject *)&StartType) || PyModule_AddObject(m, "Hooks", (PyObject *)&HooksType) ||
 	    PyModule_AddObject(m, "RatioCounter", (PyObject *)&RatioCounterType) ||
 	    PyModule_AddIntConstant(m, "SLOT_SIZE", sizeof(struct gil_slot)) ||
-	    PyModule_AddIntConstant(m, "LAYOUT_VERSION", GIL_LAYOUT_VERSION)) {
+	    PyModule_AddIntConstant(m, "LAYOUT_VERSION", GIL_LAYOUT_VERSION) ||
+	    PyModule_AddIntConstant(m, "CLOCK_SLACK_NS", CLOCK_SLACK_NS)) {
 		Py_DECREF(m);
 		return NULL;
 	}

@@ -291,6 +291,11 @@ class GilMetrics:
             "gil.location.misses", [self._observe_misses], unit="{hold}",
             description="Logged GIL holds whose code location could not be read, by reason",
         )
+        self._dropped: dict[str, int] = {}
+        meter.create_observable_counter(
+            "gil.spans.dropped", [self._observe_dropped], unit="{span}",
+            description="Spans whose GIL figures failed a consistency check and were left out (gil.status says why)",
+        )
 
     def _refresh(self) -> None:
         with self._lock:
@@ -328,6 +333,15 @@ class GilMetrics:
             self._misses.update(ring)
         for reason, value in self._misses.by_reason.items():
             yield Observation(value, {"reason": reason})
+
+    def _observe_dropped(self, options: CallbackOptions) -> Iterable[Observation]:
+        for reason, value in list(self._dropped.items()):
+            yield Observation(value, {"reason": reason})
+
+    def count_dropped(self, reason: str) -> None:
+        """A span's figures left out (its ``gil.status``): they broke an invariant."""
+        with self._lock:
+            self._dropped[reason] = self._dropped.get(reason, 0) + 1
 
     def count_unlocated(self, waits: int) -> None:
         """Long waits on spans whose blocker's location was gone from the ring when the span ended."""

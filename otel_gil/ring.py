@@ -16,6 +16,7 @@ import ctypes
 import mmap
 import os
 import struct
+import time
 from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple, Optional
@@ -441,21 +442,34 @@ class Ring:
                 return idx
         return -1
 
-    def read(self, index: int, tid: int, now_ns: int) -> Optional[Counters]:
-        """The calling thread's figures at ``now_ns`` from slot ``index``, in one read; None if not its slot.
+    def read(self, index: int, tid: int, until_ns: Optional[int] = None) -> Optional[tuple[int, Counters]]:
+        """The calling thread's figures from slot ``index`` and the monotonic time they are
+        at (now, or ``until_ns`` if earlier: open intervals are closed there); None if not its slot.
 
-        Only for the caller's own slot: the BPF side writes it only on this
-        thread's GIL hand-offs, which cannot happen while it runs Python code.
+        Only for the caller's own slot: a writer writes it only on this thread's GIL
+        hand-offs, which cannot happen while it runs this, except between two bytecodes:
+        the clock read and the slot read are made again until no hand-off (a move of the
+        slot's seq) came between them, so the figures never include one made after the
+        time they are said to be at.
         """
-        _, owner, _, wait, hold, acq, convoy, long_waits, wait_start, acquired = _SLOT_HEAD.unpack_from(
-            self._bytes, (index + 1) * SLOT_SIZE)
+        data, offset = self._bytes, (index + 1) * SLOT_SIZE
+        for _ in range(SNAPSHOT_TRIES):
+            seq = _U64.unpack_from(data, offset)[0]
+            now_ns = time.monotonic_ns()
+            read_seq, owner, _, wait, hold, acq, convoy, long_waits, wait_start, acquired = _SLOT_HEAD.unpack_from(data, offset)
+            if read_seq == seq:
+                break
+        else:
+            raise BusySlot(f"slot {index} changed between every clock read and slot read ({SNAPSHOT_TRIES} tries)")
         if owner != tid:
             return None
+        if until_ns is not None and until_ns < now_ns:
+            now_ns = until_ns
         if wait_start and now_ns > wait_start:  # _closed(), inlined: this runs twice per span
             wait += now_ns - wait_start
         if acquired and now_ns > acquired:
             hold += now_ns - acquired
-        return _new_tuple(Counters, (wait, hold, acq, convoy, long_waits))
+        return now_ns, _new_tuple(Counters, (wait, hold, acq, convoy, long_waits))
 
     def slot(self, index: int) -> Slot:
         return self._slots[index]

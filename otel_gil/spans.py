@@ -43,6 +43,8 @@ _SNAPSHOT_ATTR = "_otel_gil_start"
 _THREAD_KEYS = ("thread.name", "thread.id")  # set on every span, copied onto its wait spans
 CROSS_THREAD = "cross_thread"
 COLLECTOR_CHANGED = "collector_changed"
+INCONSISTENT = "inconsistent"  # figures that broke an invariant: dropped, never exported
+CLOCK_SLACK_NS = 50_000  # wait + hold may pass the duration by the clocks' reads around a span
 _local = threading.local()
 
 
@@ -71,26 +73,31 @@ def _thread_tid(generation: int) -> list:
     return cache
 
 
-def _read(ring: ringlib.Ring, cache: list, now: int) -> ringlib.Counters:
+def _read(ring: ringlib.Ring, cache: list, until: Optional[int] = None) -> tuple[int, ringlib.Counters]:
+    """The calling thread's counters and the monotonic time they are at (``Ring.read``)."""
     if cache[2] >= 0:
-        counters = ring.read(cache[2], cache[1], now)
-        if counters is not None:
-            return counters
+        read = ring.read(cache[2], cache[1], until)
+        if read is not None:
+            return read
     index = ring.find(cache[1])
-    if index < 0:
-        return ringlib.ZERO  # no GIL hand-off on this thread since registration
-    cache[2] = index
-    return ring.read(index, cache[1], now)
+    if index >= 0:
+        cache[2] = index
+        read = ring.read(index, cache[1], until)
+        if read is not None:
+            return read
+    now = time.monotonic_ns()  # no GIL hand-off on this thread since registration
+    return (now if until is None else min(now, until)), ringlib.ZERO
 
 
 def snapshot(registration: Backend, metrics: Optional[GilMetrics] = None) -> _Start:
     registration.check_fork()  # a fork by C code (uWSGI) runs no Python at-fork hook; a child registers now
     ring, generation, status = registration.ring, registration.generation, registration.status
     cache = _thread_tid(generation)
-    now, wall = time.monotonic_ns(), time.time_ns()
     if ring is None or status != REGISTERED:
+        now, wall = time.monotonic_ns(), time.time_ns()
         return _Start(registration, None, generation, cache[1], now, wall, ringlib.ZERO, status, metrics)
-    return _Start(registration, ring, generation, cache[1], now, wall, _read(ring, cache, now), status, metrics)
+    now, counters = _read(ring, cache)
+    return _Start(registration, ring, generation, cache[1], now, time.time_ns(), counters, status, metrics)
 
 
 def _last_wait_end(ring: ringlib.Ring, index: int, counters: ringlib.Counters) -> int:
@@ -128,13 +135,15 @@ def blocker_spans(wall_minus_mono: int) -> Optional[Callable[[int, int], Optiona
 
 
 def figures(
-    start: _Start, span_start_ns: int, span_end_ns: int, now: int
-) -> tuple[dict, list[tuple[str, dict, int, int]]]:
-    """Attributes and ``(name, attributes, start, end)`` events (wall clock ns: the event's
-    timestamp is its start) for a span ending at ``now``.
+    start: _Start, span_start_ns: int, end_time: Optional[int] = None
+) -> tuple[dict, list[tuple[str, dict, int, int]], int]:
+    """Attributes, ``(name, attributes, start, end)`` events (wall clock ns: the event's
+    timestamp is its start) and the end time (wall clock ns) of a span ending now, or at
+    ``end_time`` if one is given.
 
-    ``span_start_ns``/``span_end_ns`` are the span's own (wall clock) times, ``now`` its
-    end on the monotonic clock, where open intervals are closed. A span
+    ``span_start_ns`` is the span's own (wall clock) start. The counters are read at
+    the end, on the monotonic clock, where open intervals are closed (at an explicit
+    end, mapped onto that clock, if it is earlier). A span
     may carry a start time from before it was created (Flask's server span starts
     when the WSGI call does): long waits of that stretch are still in the ring, so
     they are counted too; shorter waits and holds there are not visible.
@@ -144,15 +153,17 @@ def figures(
     reg, ring = start.registration, start.ring
     if ring is None:
         attrs["gil.status"] = start.status
-        return attrs, []
+        return attrs, [], end_time or time.time_ns()
     cache = _thread_tid(start.generation)
     if cache[1] != start.tid:
         attrs["gil.status"] = CROSS_THREAD
-        return attrs, []
+        return attrs, [], end_time or time.time_ns()
     if reg.ring is not ring:
         attrs["gil.status"] = reg.status if reg.status != REGISTERED else COLLECTOR_CHANGED
-        return attrs, []
-    end = _read(ring, cache, now)
+        return attrs, [], end_time or time.time_ns()
+    until = None if end_time is None else start.mono_ns + max(end_time - start.wall_ns, 0)
+    now, end = _read(ring, cache, until)
+    span_end_ns = end_time or time.time_ns()
     wait1, hold1, acquisitions1, convoy1, long_waits1 = end
     wait0, hold0, acquisitions0, convoy0, long_waits0 = start.counters
     wait, hold, acquisitions, convoy = wait1 - wait0, hold1 - hold0, acquisitions1 - acquisitions0, convoy1 - convoy0
@@ -194,6 +205,10 @@ def figures(
         if start.metrics is not None:
             start.metrics.count_unlocated(blamelib.unlocated(blames))
     duration = max(span_end_ns - span_start_ns, now - start.mono_ns, 1)
+    if min(wait, hold, acquisitions, convoy) < 0 or wait + hold > duration + CLOCK_SLACK_NS:
+        if start.metrics is not None:
+            start.metrics.count_dropped(INCONSISTENT)
+        return {k: attrs[k] for k in _THREAD_KEYS} | {"gil.status": INCONSISTENT}, [], span_end_ns
     attrs.update(
         {
             "gil.wait_ms": wait / 1e6,  # not rounded: round() costs more than the rest of the figures
@@ -204,7 +219,7 @@ def figures(
             "gil.convoy_waits": convoy,
         }
     )
-    return attrs, events
+    return attrs, events, span_end_ns
 
 
 class GilSpanProcessor(SpanProcessor):
@@ -298,13 +313,8 @@ def end_wrapper(wrapped, instance: Span, args, kwargs):
     if start is None or instance.end_time is not None or instance.start_time is None:
         return wrapped(*args, **kwargs)
     end_time = args[0] if args else kwargs.get("end_time")
-    now = time.monotonic_ns()
-    if end_time is None:
-        end_time = time.time_ns()
-    else:  # an explicit end: close open intervals there, mapped onto the monotonic clock
-        now = min(now, start.mono_ns + max(end_time - start.wall_ns, 0))
     try:
-        attrs, events = figures(start, instance.start_time, end_time, now)
+        attrs, events, end_time = figures(start, instance.start_time, end_time)
         _set_attributes(instance, attrs)
         for name, attributes, timestamp, _ in events:
             instance.add_event(name, attributes, timestamp)

@@ -1,5 +1,6 @@
 """kill -9 of the collector while wrk drives the Flask example (gunicorn, collector backend):
-not one request fails, and the workers' spans get figures again once it is back."""
+not one request fails, the workers' spans get figures again once it is back, and every span
+around the restart has possible figures or a status saying why it has none."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import subprocess
 import time
 
 from helpers import drive, stack
+
+FIGURES = ("gil.wait_ms", "gil.hold_ms", "gil.wait_ratio", "gil.hold_ratio", "gil.acquisitions", "gil.convoy_waits")
 
 PORT = 18090
 
@@ -20,6 +23,7 @@ def test_kill_9_under_load_fails_no_request(jaeger, tmp_path):
     second = None
     try:
         url = f"http://127.0.0.1:{PORT}"
+        began_us = time.time_ns() // 1000
         load = subprocess.Popen(["wrk", "-t", "2", "-c", "8", "-d", "10s", f"{url}/io"],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         time.sleep(3)
@@ -45,6 +49,16 @@ def test_kill_9_under_load_fails_no_request(jaeger, tmp_path):
             assert set(statuses) <= {"ok", "no_collector", "pending", "collector_changed"}, statuses
         assert statuses and set(statuses) == {"ok"}, statuses
         assert "registered" in second.log_text()
+        around = [s for s in stack.jaeger_spans(service, "GET /io", since_us=began_us) if s["operationName"] == "GET /io"]
+        assert len(around) > 50 and {s["tags"].get("gil.status", "ok") for s in around} > {"ok"}, len(around)
+        for span in around:
+            tags, duration_ms = span["tags"], span["duration"] / 1000  # Jaeger keeps µs: up to 1 µs short
+            if "gil.status" in tags:
+                assert not [k for k in FIGURES if k in tags], tags
+                continue
+            assert tags["gil.wait_ms"] + tags["gil.hold_ms"] <= duration_ms + 0.051, (duration_ms, tags)
+            assert 0 <= tags["gil.wait_ratio"] <= 1 and 0 <= tags["gil.hold_ratio"] <= 1, tags
+            assert min(tags[k] for k in FIGURES) >= 0, tags
     finally:
         app.stop()
         first.stop()

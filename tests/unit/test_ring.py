@@ -17,6 +17,34 @@ def test_counters_close_open_intervals_at_now():
     assert ring.counters(s, 900).wait_ns == 100  # a clock read before the interval opened
 
 
+def test_own_read_never_counts_a_hand_off_after_its_time(monkeypatch):
+    """A GIL switch may come between the clock read and the slot read (any bytecode): the
+    thread released, waited 30 ms and took the GIL back. Read at the first clock value, the
+    slot's closed wait would be 30 ms that had not happened yet (the soak's impossible
+    spans, issue 22); the read is made again, at a time after the hand-off."""
+    r = make_ring()
+    s = slot_for(r, 1234)
+    s.hold_ns, s.acquisitions, s.acquired_ns = 0, 1, 1_000
+    clock = iter([2_000, 35_000_000, 35_000_100, 35_000_200])
+
+    def monotonic_ns() -> int:
+        now = next(clock)
+        if now == 2_000:  # the switch, right after the clock read: what the writer does
+            s.seq += 2
+            record_hold(s, 1_000, 3_000)
+            s.seq += 2
+            record_wait(s, 3_000, 34_000_000, blocker=1)
+            s.acquired_ns = 34_000_000
+        return now
+
+    monkeypatch.setattr(ring.time, "monotonic_ns", monotonic_ns)
+    now, counters = r.read(1234 % r.nslots, 1234)
+    assert now == 35_000_000
+    assert counters == ring.Counters(33_997_000, 2_000 + 1_000_000, 2, 1, 1)
+    assert r.read(1234 % r.nslots, 1234, until_ns=34_500_000) == (34_500_000, ring.Counters(33_997_000, 502_000, 2, 1, 1))
+    assert r.read(1234 % r.nslots, 4321) is None  # not this thread's slot
+
+
 def test_long_waits_since_returns_new_ones_oldest_first():
     r = make_ring()
     s = slot_for(r, 7)

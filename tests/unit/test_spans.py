@@ -314,6 +314,42 @@ def test_server_spans_feed_the_wait_ratio_histogram(fast):
     assert wait.value == pytest.approx(0.008)
 
 
+@pytest.mark.parametrize("broken", ["wait_over_duration", "hold_went_down"])
+def test_figures_that_break_an_invariant_are_dropped_and_counted(fast, broken):
+    """A slot that says the thread waited 80 ms in a 5 ms span (or whose hold went back):
+    no figure is exported, gil.status says why, gil.spans.dropped counts it."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from otel_gil.metrics import GilMetrics
+
+    reader = InMemoryMetricReader()
+    ring = make_ring()
+    reg = FakeRegistration(ring)
+    with hooked(reg, fast, GilMetrics(reg, MeterProvider([reader]).get_meter("test"), fast)) as (tracer, _, exporter):
+        s = my_slot(ring)
+        s.hold_ns = 50_000_000
+        with tracer.start_as_current_span("impossible"):
+            if broken == "wait_over_duration":
+                s.wait_ns += 80_000_000
+            else:
+                s.hold_ns -= 1_000_000
+            time.sleep(0.005)
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes["gil.status"] == spans.INCONSISTENT
+    assert not [k for k in span.attributes if k.startswith("gil.") and k != "gil.status"], span.attributes
+    assert span.attributes["thread.name"] == threading.current_thread().name
+    (dropped,) = [p for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
+                  for m in sm.metrics if m.name == "gil.spans.dropped" for p in m.data.data_points]
+    assert (dropped.attributes, dropped.value) == ({"reason": spans.INCONSISTENT}, 1)
+
+
+def test_the_c_hooks_allow_the_slack_the_python_hooks_do():
+    if spans._fastspan is None:
+        pytest.fail("otel_gil._fastspan is not built: pip install -e . (needs a C compiler and Python.h)")
+    assert spans._fastspan.CLOCK_SLACK_NS == spans.CLOCK_SLACK_NS
+
+
 def test_wait_ratio_routes_are_bounded_and_buckets_exact(fast):
     from otel_gil.metrics import _BUCKET_LABELS, MAX_ROUTES, OTHER_ROUTES, WaitRatios
 
@@ -379,6 +415,7 @@ def test_a_repeated_start_keeps_the_first_snapshot(setup):
     s = my_slot(ring)
     span = tracer.start_span("twice")
     s.wait_ns += 5_000_000
+    time.sleep(0.006)  # as long as the wait, at least: the figures must be possible
     span.start()  # the SDK warns and keeps its start time: so do the figures
     span.end()
     (done,) = exporter.get_finished_spans()

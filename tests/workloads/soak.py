@@ -1,0 +1,259 @@
+"""A soak: every span's GIL figures checked against their invariants while threads churn,
+the process forks and otel-gil is instrumented and uninstrumented under it.
+
+Usage: python soak.py SOCKET --seconds S [--forks] [--toggle] [--reuse-tids] [--subinterpreter];
+prints one JSON document. OTEL_GIL_BACKEND picks the writer. Threads come and go (two loops
+keeping 30 alive, each thread one span of 1-20 x (0.5 ms sleep + a little CPU)); with
+--reuse-tids (root) each new thread is given the id of one that just exited where the kernel
+lets it (``/proc/sys/kernel/ns_last_pid``, as CRIU restores pids); with --forks another
+thread forks every 0.3 s (the child runs 4 threads with spans, checks its own spans the same
+way and exits with their verdict); with --toggle, ``uninstrument`` and ``instrument`` every
+0.5-1 s while threads wait; with --subinterpreter (3.12+), an isolated subinterpreter (its
+own GIL) runs three busy threads through the second half, when no fork is made (CPython
+3.13.0 aborts children forked while one runs threads). Metrics are read every 0.2 s: each
+counter's total over its thread names may never go down (between two reads with no
+instrument() between them: a new one starts new instruments).
+
+Invariants of a span: with ``gil.status`` set, no ``gil.*`` figure; else figures >= 0,
+wait + hold <= duration + GRANULARITY_MS, ratios in [0, 1]. A span that overlapped an
+uninstrumented stretch may have none of otel-gil's attributes (its start or end hook was
+not installed), as with any instrumentation; any other span has them all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import threading
+import time
+from typing import Sequence
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+from otel_gil import GilInstrumentor
+
+FIGURES = ("gil.wait_ms", "gil.hold_ms", "gil.wait_ratio", "gil.hold_ratio", "gil.acquisitions", "gil.convoy_waits")
+GRANULARITY_MS = 0.05  # the clocks' reads around a span: CLOCK_MONOTONIC vs the span's wall times
+KEPT = 20  # violations reported in full
+COUNTERS = ("gil.wait.time", "gil.hold.time", "gil.acquisitions", "gil.convoy_waits")
+
+
+def violation(span: ReadableSpan, off: list[list[int]]) -> str:
+    """Why this span's figures are impossible ("" if they are not); ``off``: the
+    [uninstrument, instrument] wall-clock stretches so far (the last maybe still open)."""
+    a = span.attributes
+    if not any(k.startswith(("gil.", "thread.")) for k in a):
+        overlapped = any(start <= span.end_time and (end is None or span.start_time <= end) for start, end in off)
+        return "" if overlapped else "no otel-gil attributes, instrumented throughout"
+    if "gil.status" in a:
+        shown = [k for k in FIGURES if k in a]
+        return f"status {a['gil.status']} with figures {shown}" if shown else ""
+    if not all(k in a for k in FIGURES):
+        return f"no status and figures missing: {sorted(set(FIGURES) - set(a))}"
+    duration_ms = (span.end_time - span.start_time) / 1e6
+    if min(a[k] for k in FIGURES) < 0:
+        return "a negative figure"
+    if a["gil.wait_ms"] + a["gil.hold_ms"] > duration_ms + GRANULARITY_MS:
+        return f"wait {a['gil.wait_ms']:.3f} + hold {a['gil.hold_ms']:.3f} ms > duration {duration_ms:.3f} ms"
+    if not (a["gil.wait_ratio"] <= 1 and a["gil.hold_ratio"] <= 1):
+        return "a ratio above 1"
+    return ""
+
+
+class Checker(SpanExporter):
+    """Checks each span as it ends (SimpleSpanProcessor exports at once); keeps counts, not spans."""
+
+    def __init__(self) -> None:
+        self.spans = self.with_figures = self.unhooked = 0
+        self.statuses: dict[str, int] = {}
+        self.off: list[list] = []  # the toggler's uninstrumented stretches, [start, end] (wall ns)
+        self.violations: list[dict] = []
+        self.violated = 0
+        self._lock = threading.Lock()
+        os.register_at_fork(after_in_child=self._unlock)  # another thread may hold it at the fork
+
+    def _unlock(self) -> None:
+        self._lock = threading.Lock()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        for span in spans:
+            if span.name == "gil.wait":
+                continue
+            why = violation(span, self.off)
+            hooked = any(k.startswith("thread.") for k in span.attributes)
+            with self._lock:
+                self.spans += 1
+                self.unhooked += not hooked
+                self.with_figures += hooked and "gil.status" not in span.attributes
+                if "gil.status" in span.attributes:
+                    status = span.attributes["gil.status"]
+                    self.statuses[status] = self.statuses.get(status, 0) + 1
+                if why:
+                    self.violated += 1
+                    if len(self.violations) < KEPT:
+                        self.violations.append({"why": why, "span": span.name, "duration_ms": (span.end_time - span.start_time) / 1e6,
+                                                "attributes": {k: v for k, v in span.attributes.items() if k.startswith(("gil.", "thread."))}})
+        return SpanExportResult.SUCCESS
+
+
+def work(tracer, rounds: int, tids: list) -> None:
+    tids.append(threading.get_native_id())
+    with tracer.start_as_current_span("work"):
+        for _ in range(rounds):
+            time.sleep(0.0005)
+            sum(i * i for i in range(200))
+
+
+def churn(tracer, stop: threading.Event, tids: list, reuse: bool, alive: int = 30) -> None:
+    """Keep ``alive`` threads running, each one span, until stopped; with ``reuse``, each
+    new thread asks the kernel for the id of one that exited."""
+    running: list[threading.Thread] = []
+    exited: list[int] = []
+    while not stop.is_set():
+        exited += [t.native_id for t in running if not t.is_alive()]
+        running = [t for t in running if t.is_alive()]
+        while len(running) < alive:
+            if reuse and exited:
+                with open("/proc/sys/kernel/ns_last_pid", "w") as f:  # the next pid is this + 1, if free
+                    f.write(str(exited.pop() - 1))
+            t = threading.Thread(target=work, args=(tracer, random.randint(1, 20), tids))
+            t.start()
+            running.append(t)
+        time.sleep(0.001)
+    for t in running:
+        t.join()
+
+
+SUBINTERPRETER = """
+import threading, time
+def busy():
+    end = time.monotonic() + {seconds}
+    while time.monotonic() < end:
+        sum(i * i for i in range(2000))
+        time.sleep(0.0005)
+threads = [threading.Thread(target=busy) for _ in range(3)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+"""
+
+
+def subinterpreter(seconds: float) -> None:
+    """Three busy threads in an isolated subinterpreter (its own GIL) for ``seconds``."""
+    try:
+        import _interpreters as interpreters  # 3.13+
+    except ImportError:
+        import _xxsubinterpreters as interpreters  # 3.12: isolated (own GIL) by default too
+    iid = interpreters.create()
+    try:
+        interpreters.run_string(iid, SUBINTERPRETER.format(seconds=seconds))
+    finally:
+        interpreters.destroy(iid)
+
+
+def forker(tracer, checker: Checker, stop: threading.Event, children: dict, tids: list) -> None:
+    """Fork every 0.3 s from this busy process, until stopped; each child checks its own spans."""
+    while not stop.wait(0.3):
+        before = checker.violated
+        pid = os.fork()
+        if pid == 0:
+            threads = [threading.Thread(target=work, args=(tracer, 10, tids)) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            os._exit(3 if checker.violated > before else 0)
+        _, status = os.waitpid(pid, 0)
+        children["forked"] += 1
+        if status:
+            children["failed"].append(status)
+
+
+def toggler(instrumentor: GilInstrumentor, kwargs: dict, checker: Checker, stop: threading.Event, toggles: list) -> None:
+    """uninstrument and instrument again at random, while threads wait for the GIL."""
+    while not stop.wait(random.uniform(0.5, 1.0)):
+        stretch = [time.time_ns(), None]
+        checker.off.append(stretch)
+        instrumentor.uninstrument()
+        time.sleep(random.uniform(0, 0.05))
+        instrumentor.instrument(**kwargs)
+        stretch[1] = time.time_ns()
+        toggles[0] += 1
+
+
+def totals(reader: InMemoryMetricReader) -> dict[str, float]:
+    """Each counter's value summed over its thread names."""
+    out: dict[str, float] = {}
+    data = reader.get_metrics_data()
+    for rm in data.resource_metrics if data else ():
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                if metric.name in COUNTERS:
+                    out[metric.name] = out.get(metric.name, 0) + sum(p.value for p in metric.data.data_points)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("socket")
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--forks", action="store_true")
+    parser.add_argument("--toggle", action="store_true")
+    parser.add_argument("--reuse-tids", action="store_true")
+    parser.add_argument("--subinterpreter", action="store_true")
+    args = parser.parse_args()
+    checker, reader = Checker(), InMemoryMetricReader()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(checker))
+    kwargs = {"tracer_provider": provider, "meter_provider": MeterProvider([reader]), "socket_path": args.socket,
+              "register_timeout_s": 20}
+    instrumentor = GilInstrumentor()
+    instrumentor.instrument(**kwargs)
+    tracer = provider.get_tracer("soak")
+    stop, no_forks, children, toggles, tids = threading.Event(), threading.Event(), {"forked": 0, "failed": []}, [0], []
+    helpers = [threading.Thread(target=churn, args=(tracer, stop, tids, args.reuse_tids and i == 0)) for i in range(2)]
+    if args.forks:
+        forks = threading.Thread(target=forker, args=(tracer, checker, no_forks, children, tids))
+        helpers.append(forks)
+    if args.toggle:
+        helpers.append(threading.Thread(target=toggler, args=(instrumentor, kwargs, checker, stop, toggles)))
+    for t in helpers:
+        t.start()
+    metric_drops, last, deadline, reads = [], {}, time.monotonic() + args.seconds, 0
+    half = time.monotonic() + args.seconds / 2
+    while time.monotonic() < deadline:
+        if args.subinterpreter and not no_forks.is_set() and time.monotonic() >= half:
+            no_forks.set()
+            if args.forks:
+                forks.join()
+            helpers.append(threading.Thread(target=subinterpreter, args=(deadline - time.monotonic(),)))
+            helpers[-1].start()
+        time.sleep(0.2)
+        toggled = toggles[0]
+        now = totals(reader)
+        if toggles[0] == toggled == last.get("toggles"):  # a new instrument() makes new instruments: from 0
+            reads += 1
+            metric_drops += [f"{name} {last[name]} -> {value}" for name, value in now.items()
+                             if name in last and value < last[name]]
+        last = {**now, "toggles": toggled}
+    stop.set()
+    no_forks.set()
+    for t in helpers:
+        t.join()
+    print(json.dumps({"python": sys.version.split()[0], "backend": os.environ.get("OTEL_GIL_BACKEND", "auto"),
+                      "seconds": args.seconds, "spans": checker.spans, "with_figures": checker.with_figures, "unhooked": checker.unhooked,
+                      "statuses": checker.statuses, "threads": len(tids), "tids_reused": len(tids) - len(set(tids)),
+                      "subinterpreter": no_forks.is_set() and args.subinterpreter,
+                      "violated": checker.violated, "violations": checker.violations, "children": children,
+                      "toggles": toggles[0], "metric_reads_compared": reads, "metric_drops": metric_drops}))
+
+
+if __name__ == "__main__":
+    main()
