@@ -59,7 +59,10 @@ def test_every_span_obeys_its_invariants(collector, matrix_runner, build, backen
     _rows.append(f"| {build} | {backend} | {SECONDS:g} | {r['spans']} | {r['with_figures']} | {r['violated']} | "
                  f"{r['statuses'].get('inconsistent', 0)} | {r['tids_reused']} | {children['forked']} "
                  f"({len(children['failed'])}) | {r['toggles']} | {'yes' if r['subinterpreter'] else '-'} |")
-    assert r["spans"] > 100 * SECONDS and r["with_figures"] > r["spans"] / 2, r  # it ran, and measured
+    # It ran, and measured: spans that began or ended while the toggler had uninstrumented carry no
+    # otel-gil attribute (the workload checks that they overlap one): 6-10 % in-process, 36-54 % with the
+    # collector, whose instrument() waits for its registration.
+    assert r["spans"] > 100 * SECONDS and r["with_figures"] > r["spans"] / 4, r
     assert children["forked"] >= SECONDS / 4 and r["toggles"] >= 1 and r["tids_reused"] > 0, r
     assert r["subinterpreter"] == bool(subinterpreter), r
     assert not r["violated"], r["violations"]
