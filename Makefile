@@ -35,10 +35,12 @@ matrix:
 rootfs:
 	$(SUDO) scripts/rootfs.sh sid bullseye sid-slim bullseye-slim sid-arm64
 
-# manylinux2014 wheels (x86_64, aarch64) for pyproject.toml's [tool.otel-gil.wheels] and the
-# sdist, into dist/ (scripts/wheels.py; with the pinned tools of scripts/wheel-tools.txt).
+# manylinux2014 wheels (x86_64, aarch64) for pyproject.toml's [tool.otel-gil.wheels], the
+# sdist and otel-gil-collector's wheel, into dist/ (scripts/wheels.py; with the pinned tools of
+# scripts/wheel-tools.txt; 3.14+ built in sid's tree, which scripts/rootfs.sh makes when missing).
 WHEEL_TOOLS := .venv-wheels
-WHEEL_SOURCES := setup.py pyproject.toml README.md scripts/wheels.py $(wildcard otel_gil/*.py otel_gil/*.c otel_gil/*.h)
+WHEEL_SOURCES := setup.py pyproject.toml README.md scripts/wheels.py $(wildcard otel_gil/*.py otel_gil/*.c otel_gil/*.h) \
+	collector/pyproject.toml $(wildcard collector/otel_gil_collector/*.py collector/otel_gil_collector/*.c collector/otel_gil_collector/*.h)
 
 $(WHEEL_TOOLS)/bin/python: scripts/wheel-tools.txt
 	$(PYTHON) -m venv --clear $(WHEEL_TOOLS)
@@ -49,7 +51,7 @@ build/wheels.stamp: $(WHEEL_TOOLS)/bin/python $(WHEEL_SOURCES)
 	$(SUDO) env PATH="$(CURDIR)/$(WHEEL_TOOLS)/bin:$$PATH" $(WHEEL_TOOLS)/bin/python scripts/wheels.py --out dist
 	mkdir -p build && touch $@
 
-wheels: build/wheels.stamp
+wheels: host build/wheels.stamp
 
 # Jaeger, Prometheus and promtool, built once from their Go modules and cached outside the repo.
 tools:

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Binary wheels of otel-gil: manylinux2014 (glibc 2.17) for each CPython and machine of
-pyproject.toml's [tool.otel-gil.wheels], with every C part setup.py declares, and the sdist.
+pyproject.toml's [tool.otel-gil.wheels], with every C part setup.py declares, the sdist, and
+otel-gil-collector's pure-Python wheel (collector/).
 
 Usage (make wheels runs it with the tools of scripts/wheel-tools.txt on PATH, as root):
     scripts/wheels.py [--out dist]
@@ -12,7 +13,9 @@ own stubs, whatever glibc builds them); aarch64 is cross-compiled, setuptools to
 machine's extension suffix and platform tag. OTEL_GIL_REQUIRE_EXTENSIONS=1 makes a C part
 that does not build fail the wheel. auditwheel repairs each to its manylinux tag, then the
 gates auditwheel lacks: the extension modules all there, no RPATH/RUNPATH, every libc symbol
-versioned and none newer than 2.17, the ELF machine; and dist holds exactly the expected files.
+versioned and none newer than 2.17, the ELF machine; every header the collector's BPF program
+includes in the wheel that installs it (otel_gil's in each otel_gil wheel, its own in the
+collector's); and dist holds exactly the expected files.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+COLLECTOR = ROOT / "collector"  # otel-gil-collector's project
 CACHE = Path(os.environ.get("OTEL_GIL_CACHE", "/var/cache/otel-gil"))
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
 GLIBC = (2, 17)  # manylinux2014
@@ -87,8 +91,30 @@ def sdist_name() -> str:
     return f"otel_gil-{version()}.tar.gz"
 
 
+def collector_wheel_name() -> str:
+    """otel-gil-collector's wheel (pure Python: the daemon, its BPF source, the root tools)."""
+    return f"otel_gil_collector-{version()}-py3-none-any.whl"
+
+
 def expected_files() -> list[str]:
-    return sorted([sdist_name(), *(t.wheel_name() for t in targets())])
+    return sorted([sdist_name(), collector_wheel_name(), *(t.wheel_name() for t in targets())])
+
+
+def bpf_includes() -> dict[str, str]:
+    """What the collector's BPF program includes with quotes, transitively: file name -> the
+    package it must be installed with (otel_gil's headers, or the collector's own)."""
+    dirs = {"otel_gil": ROOT / "otel_gil", "otel_gil_collector": COLLECTOR / "otel_gil_collector"}
+    found: dict[str, str] = {}
+    todo = [COLLECTOR / "otel_gil_collector" / "gil.bpf.c"]
+    while todo:
+        for name in re.findall(r'^\s*#\s*include\s+"([^"]+)"', todo.pop().read_text(), re.M):
+            package = next((p for p, d in dirs.items() if (d / name).exists()), None)
+            if package is None:
+                raise SystemExit(f"wheels.py: the BPF program includes {name}, found in neither package")
+            if name not in found:
+                found[name] = package
+                todo.append(dirs[package] / name)
+    return found
 
 
 # setup.py run against a stand-in setuptools that prints the names of its extension modules.
@@ -132,8 +158,9 @@ def compiler_env(target: Target, zig: str) -> dict[str, str]:
     cross build the target's extension suffix and platform tag."""
     triple = f"-target {target.machine}-linux-gnu.{GLIBC[0]}.{GLIBC[1]}"
     env = {
-        # zig builds a UBSan-instrumented binary unless told otherwise (it does with no -O).
-        "CC": f"{zig} cc {triple} -fno-sanitize=undefined",
+        # zig builds a UBSan-instrumented debug binary with no -O: -O2 is the floor (the
+        # interpreter's own CFLAGS, -O2 or -O3, come after it), and no sanitizer either way.
+        "CC": f"{zig} cc {triple} -O2 -fno-sanitize=undefined",
         "LDSHARED": f"{zig} cc {triple} -shared",
         "OTEL_GIL_REQUIRE_EXTENSIONS": "1",
         "ZIG_GLOBAL_CACHE_DIR": "/tmp/otel-gil-zig-cache",
@@ -189,10 +216,9 @@ def build_wheel(target: Target, sdist: Path, work: Path, tree: Path | None) -> P
     return wheels[0]
 
 
-def repair(wheel: Path, out: Path, log: Path) -> None:
-    """auditwheel: the manylinux tag the wheel's symbols allow (auto: it takes the
-    machine from the wheel, also for a cross-built one), that tag alone."""
-    run(["auditwheel", "repair", "--plat", "auto", "--only-plat", "-w", str(out), str(wheel)], log)
+def repair(wheel: Path, target: Target, out: Path, log: Path) -> None:
+    """auditwheel: the target's manylinux tag alone (it refuses if the wheel's symbols need a newer one)."""
+    run(["auditwheel", "repair", "--plat", target.platform, "--only-plat", "-w", str(out), str(wheel)], log)
 
 
 def readelf(*args: str) -> str:
@@ -203,7 +229,11 @@ def check_wheel(path: Path, target: Target, modules: list[str]) -> list[str]:
     """What is wrong with a repaired wheel (the gates auditwheel lacks); empty if nothing."""
     problems = []
     with zipfile.ZipFile(path) as wheel, tempfile.TemporaryDirectory() as tmp:
-        binaries = sorted(n for n in wheel.namelist() if re.search(r"\.so(\.|$)", n))
+        names = set(wheel.namelist())
+        missing = sorted(f"{p}/{h}" for h, p in bpf_includes().items() if p == "otel_gil" and f"{p}/{h}" not in names)
+        if missing:
+            problems.append(f"lacks {missing}, which the collector compiles from the installed otel_gil")
+        binaries = sorted(n for n in names if re.search(r"\.so(\.|$)", n))
         wanted = sorted(m.replace(".", "/") + target.ext_suffix for m in modules)
         if binaries != wanted:
             problems.append(f"shared objects {binaries}, expected {wanted} (setup.py's modules, nothing grafted)")
@@ -242,6 +272,16 @@ def build_sdist(out: Path, log: Path) -> Path:
     return sdist
 
 
+def build_collector_wheel(out: Path, log: Path) -> list[str]:
+    """otel-gil-collector's wheel; what is wrong with it (the BPF program's own includes
+    missing from it, which only a non-editable install shows), empty if nothing."""
+    run([sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(COLLECTOR)], log)
+    with zipfile.ZipFile(out / collector_wheel_name()) as wheel:
+        names = set(wheel.namelist())
+    wanted = ["otel_gil_collector/gil.bpf.c", *(f"{p}/{h}" for h, p in bpf_includes().items() if p == "otel_gil_collector")]
+    return [f"{collector_wheel_name()} lacks {n}" for n in wanted if n not in names]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "dist", help="where the files go (default: dist)")
@@ -251,11 +291,12 @@ def main() -> int:
             raise SystemExit(f"wheels.py: {tool} not on PATH (make wheels installs the tools; readelf: binutils)")
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("otel_gil-*"):
+    for old in out.glob("otel_gil[-_]*"):
         old.unlink()
     work = Path(tempfile.mkdtemp(prefix="otel-gil-wheels-"))
     modules = extension_modules()
     sdist = build_sdist(out, work / "sdist.log")
+    collector_problems = build_collector_wheel(out, work / "collector.log")
     todo = targets()
     tree = tree_path(BUILD_TREE) if any(pyenv_python(t.python) is None for t in todo) else None
 
@@ -263,15 +304,15 @@ def main() -> int:
         where = work / f"{target.tag}-{target.machine}"
         where.mkdir()
         wheel = build_wheel(target, sdist, where, tree)
-        repair(wheel, out, where / "build.log")
+        repair(wheel, target, out, where / "build.log")
         problems = check_wheel(out / target.wheel_name(), target, modules) if (out / target.wheel_name()).exists() \
             else [f"auditwheel wrote {sorted(p.name for p in out.glob(f'*{target.tag}*{target.machine}*'))}"]
         print(f"wheels.py: {target.wheel_name()}: {'; '.join(problems) or 'ok'}", file=sys.stderr)
         return problems
 
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        problems = [p for found in pool.map(one, todo) for p in found]
-    files = sorted(p.name for p in out.glob("otel_gil-*"))
+        problems = [*collector_problems, *(p for found in pool.map(one, todo) for p in found)]
+    files = sorted(p.name for p in out.glob("otel_gil[-_]*"))
     if files != expected_files():
         problems.append(f"{out} holds {files}, expected {expected_files()}")
     if problems:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -15,6 +16,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "tests" / "workloads" / "scenarios.py"
+REPORT_TARGET = ROOT / "tests" / "workloads" / "report_target.py"  # for otel-gil report/top: no otel_gil inside
+BURST_NS = 50_000_000  # report_target.py's burst
 LOAD = ROOT / "examples" / "load.py"
 NOBODY = 65534
 DIST = ROOT / "dist"
@@ -205,6 +208,7 @@ def check_hog_ground_truth(report: dict) -> None:
     assert blockers.count("gil-hog") == bursts and set(blockers) <= {"gil-hog", "MainThread"}, blockers
     check_blocker_code(report, [e for e in events if e["attributes"]["gil.blocker.thread.name"] == "gil-hog"])
     check_wait_spans(report, span(report, "victim"))
+    check_pure_python_blocker(report)
 
 
 LOCATED = 0.9  # of the long waits a known holder caused, at least this share name its code
@@ -224,6 +228,20 @@ def check_blocker_code(report: dict, events: list[dict]) -> None:
         assert a["gil.blocker.code.stacktrace"].startswith(f"{function} ({file}:{line})\n"), a
         named += 1
     assert named >= LOCATED * len(events), (named, len(events), report["stderr"])
+
+
+def check_pure_python_blocker(report: dict) -> None:
+    """The waits a pure-Python loop caused (forced switches) name its function, file and one
+    of its lines: at least LOCATED of them, and none anything else."""
+    function, file, lines = report["truth"]["spin_code"]
+    events = [e["attributes"] for e in span(report, "py-victim")["events"]
+              if e["attributes"].get("gil.blocker.thread.name") == "py-hog"]
+    assert len(events) >= 10, (len(events), span(report, "py-victim"))  # ~24 waits of a switch interval
+    located = [a for a in events if "gil.blocker.code.function.name" in a]
+    for a in located:
+        assert (a["gil.blocker.code.function.name"], a["gil.blocker.code.file.path"]) == (function, file), a
+        assert a["gil.blocker.code.line.number"] in lines, (a, lines)
+    assert len(located) >= LOCATED * len(events), (len(located), len(events), report["stderr"])
 
 
 def check_wait_spans(report: dict, parent: dict) -> None:
@@ -270,3 +288,54 @@ def median_tag(spans: list[dict], key: str) -> float:
     values = [s["tags"][key] for s in spans if key in s["tags"]]
     assert len(values) == len(spans), f"{len(spans) - len(values)} spans lack {key}"
     return statistics.median(values)
+
+
+def start_target(bursts: int = 10, runner: Runner | None = None) -> tuple[subprocess.Popen, dict]:
+    """report_target.py (with ``runner``, else this interpreter), and its threads' ids by role (hog, io-0, io-1)."""
+    runner = runner or Runner(sys.executable)
+    target = subprocess.Popen(runner.command(REPORT_TARGET, str(bursts)), stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, **runner.env})
+    ready, tids = target.stdout.readline().split(" ", 1)
+    assert ready == "ready"
+    return target, json.loads(tids)
+
+
+def hog_hold_ok(measured_ms: float, truth: dict) -> bool:
+    """The hog's hold against the target's truth, each burst timed around its usleep (t0..t1).
+    The hog holds the GIL through every usleep: their length is a floor no scheduling lowers.
+    t1 is read after the forced hand-off to the I/O threads that follows each burst, which a
+    busy machine stretches (CI: one burst timed 63 ms), so the truth is a ceiling, within 5 %."""
+    floor_ms = len(truth["bursts"]) * BURST_NS / 1e6
+    return floor_ms <= measured_ms <= truth["hog_hold_ns"] / 1e6 * 1.05
+
+
+def check_functions(result: dict, truth: dict) -> None:
+    """Hold time by function: the place the hog's bursts ended (the line of its PyDLL call)
+    comes first, with the hog's hold (each burst located: none under another name)."""
+    places = result["functions"]["places"]
+    top = places[0]
+    assert [top["function"], top["file"], top["line"]] == truth["hog_code"], (places[:3], truth["hog_code"])
+    assert top["threads"] == ["gil-hog"] and top["holds"] == len(truth["bursts"]), top
+    assert hog_hold_ok(top["hold_s"] * 1e3, truth), (top, truth)
+    assert result["functions"]["logged_pct_of_hold"] > 90, result["functions"]
+
+
+def report_during_bursts(target: subprocess.Popen, *options: str, otel_gil: list[str] | None = None,
+                         env: dict | None = None, cwd: str | None = None) -> tuple[dict, dict, str]:
+    """Run `otel-gil report --json` on the target, starting its bursts once attached: (report, truth, stderr).
+    ``otel_gil``: the command (default: this checkout's, with ``env`` default its PYTHONPATH)."""
+    pid = workload_pid(target)
+    otel_gil = otel_gil or [sys.executable, "-m", "otel_gil.cli"]
+    env = env or {**os.environ, "PYTHONPATH": str(ROOT)}
+    report = subprocess.Popen([*otel_gil, "report", "--pid", str(pid), "--json", *options],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+    progress = []
+    for line in report.stderr:  # progress goes to stderr; start the bursts once attached
+        progress.append(line)
+        if "capturing" in line:
+            break
+    os.kill(pid, signal.SIGUSR1)
+    truth = json.loads(target.stdout.readline())
+    out, err = report.communicate(timeout=60)
+    assert report.returncode == 0, "".join(progress) + err
+    return json.loads(out), truth, "".join(progress) + err

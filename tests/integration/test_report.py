@@ -3,7 +3,6 @@ otel_gil inside, per-thread figures within 5 % of what its PyDLL bursts imply, h
 by function naming the line of the bursts on every build, a timeline whose hog bars sit
 where the bursts were (and name that code), and a live view driven in tmux."""
 
-import json
 import os
 import re
 import shutil
@@ -17,61 +16,13 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from helpers import ROOT, Runner, within, workload_pid
+from helpers import (BURST_NS, ROOT, Runner, check_functions, hog_hold_ok, report_during_bursts, start_target,
+                     within)
 from otel_gil import ring
 from otel_gil_collector import timeline
 
-TARGET = ROOT / "tests" / "workloads" / "report_target.py"
 CLI = [sys.executable, "-m", "otel_gil.cli"]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-BURST_NS = 50_000_000  # report_target.py's burst
-HOST = Runner(sys.executable)
-
-
-def start_target(bursts: int = 10, runner: Runner = HOST) -> tuple[subprocess.Popen, dict]:
-    """The target process, and its threads' ids by role (hog, io-0, io-1)."""
-    target = subprocess.Popen(runner.command(TARGET, str(bursts)), stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, **runner.env})
-    ready, tids = target.stdout.readline().split(" ", 1)
-    assert ready == "ready"
-    return target, json.loads(tids)
-
-
-def hog_hold_ok(measured_ms: float, truth: dict) -> bool:
-    """The hog's hold against the target's truth, each burst timed around its usleep (t0..t1).
-    The hog holds the GIL through every usleep: their length is a floor no scheduling lowers.
-    t1 is read after the forced hand-off to the I/O threads that follows each burst, which a
-    busy machine stretches (CI: one burst timed 63 ms), so the truth is a ceiling, within 5 %."""
-    floor_ms = len(truth["bursts"]) * BURST_NS / 1e6
-    return floor_ms <= measured_ms <= truth["hog_hold_ns"] / 1e6 * 1.05
-
-
-def check_functions(result: dict, truth: dict) -> None:
-    """Hold time by function: the place the hog's bursts ended (the line of its PyDLL call)
-    comes first, with the hog's hold (each burst located: none under another name)."""
-    places = result["functions"]["places"]
-    top = places[0]
-    assert [top["function"], top["file"], top["line"]] == truth["hog_code"], (places[:3], truth["hog_code"])
-    assert top["threads"] == ["gil-hog"] and top["holds"] == len(truth["bursts"]), top
-    assert hog_hold_ok(top["hold_s"] * 1e3, truth), (top, truth)
-    assert result["functions"]["logged_pct_of_hold"] > 90, result["functions"]
-
-
-def report_during_bursts(target: subprocess.Popen, *options: str) -> tuple[dict, dict, str]:
-    """Run `otel-gil report --json` on the target, starting its bursts once attached: (report, truth, stderr)."""
-    pid = workload_pid(target)
-    report = subprocess.Popen([*CLI, "report", "--pid", str(pid), "--json", *options],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
-    progress = []
-    for line in report.stderr:  # progress goes to stderr; start the bursts once attached
-        progress.append(line)
-        if "capturing" in line:
-            break
-    os.kill(pid, signal.SIGUSR1)
-    truth = json.loads(target.stdout.readline())
-    out, err = report.communicate(timeout=60)
-    assert report.returncode == 0, "".join(progress) + err
-    return json.loads(out), truth, "".join(progress) + err
 
 
 def test_report_json_against_ground_truth():

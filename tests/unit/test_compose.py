@@ -1,6 +1,9 @@
 """docker-compose.yml, checked by a real Compose parser (no engine runs here), and
-every build context, Dockerfile and mounted file it names exists in the repo."""
+every build context, Dockerfile and mounted file it names exists in the repo (or, for the
+wheels the images install, comes from make wheels)."""
 
+import fnmatch
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -8,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from helpers import ROOT, wheels
 
 
 def compose_config(path: Path) -> subprocess.CompletedProcess:
@@ -57,3 +60,23 @@ def test_apps_reach_the_collector_socket(config):
         service = config["services"][name]
         assert service["environment"]["OTEL_GIL_SOCKET"].startswith("/run/otel-gil/")
         assert any("/run/otel-gil" in str(v) for v in service["volumes"])
+
+
+def test_images_copy_what_the_repo_and_make_wheels_give(config):
+    """Each Dockerfile's COPY sources exist, and each wheel it installs from dist/ is one that
+    make wheels builds, for either machine (one file a pattern)."""
+    dockerfiles = {ROOT / s["build"]["dockerfile"] for s in config["services"].values() if s.get("build")}
+    assert len(dockerfiles) == 2, dockerfiles
+    built = wheels.expected_files()
+    for dockerfile in dockerfiles:
+        text = dockerfile.read_text()
+        for line in text.splitlines():
+            if line.startswith("COPY "):
+                for source in line.split()[1:-1]:
+                    assert (ROOT / source).exists() or source == "dist/", (dockerfile, source)
+        patterns = re.findall(r"/tmp/dist/(\S+\.whl)", text.replace("$(uname -m)", "MACHINE"))
+        assert patterns, dockerfile
+        for pattern in patterns:
+            for machine in ("x86_64", "aarch64"):
+                found = fnmatch.filter(built, pattern.replace("MACHINE", machine))
+                assert len(found) == 1, (dockerfile, pattern, machine, found)

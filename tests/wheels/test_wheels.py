@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import DIST, MATRIX, NOBODY, ROOT, SCENARIOS, built_wheel, check_hog_ground_truth, span, within, wheels
+from helpers import (DIST, MATRIX, NOBODY, ROOT, SCENARIOS, built_wheel, check_functions, check_hog_ground_truth,
+                     report_during_bursts, span, start_target, wheels, within)
 
 # Debian trees with no compiler (scripts/rootfs.sh NAME): the machine and the CPythons tested in each.
 TREES = {
@@ -67,8 +68,8 @@ class Place:
             chroot = ["chroot", *([f"--userspec={user}:{user}"] if user is not None else []), str(self.tree)]
             cmd = ["unshare", "--mount", "--fork", "sh", "-c", 'mount -t proc proc "$0/proc" && exec "$@"',
                    str(self.tree), *chroot, "env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S,
-                              env=env if self.tree is None else None)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=self.host_dir,
+                              env=env if self.tree is None else None)  # never the checkout: nothing imported from it
         assert done.returncode in ok, f"{argv} failed ({done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
         return done
 
@@ -85,19 +86,27 @@ def requirements(wheel: Path) -> list[str]:
             if line.startswith("Requires-Dist:") and "extra ==" not in line]
 
 
-def install_and_run_hog(place: Place, version: str, python: str, wheel: Path) -> dict:
-    """A fresh venv of ``python`` (CPython ``version``) in ``place`` with only the wheel and its
-    dependencies, installed offline; the hog scenario run in it with the in-process backend (as
-    nobody in a tree; the host's pyenv lives in root's home); its report."""
-    for source in (wheel, SCENARIOS):
+def install(place: Place, python: str, *wheels_: Path, venv_options: tuple[str, ...] = ()) -> str:
+    """A fresh venv of ``python`` in ``place`` with only ``wheels_`` and their dependencies (the
+    first wheel's, as that venv's own pip resolves them: 3.9 gets an older OpenTelemetry),
+    installed offline from a directory outside the checkout; the venv's path as ``place`` sees it."""
+    for source in wheels_:
         shutil.copy2(source, place.host_dir / source.name)
-    (place.host_dir / "requirements.txt").write_text("\n".join(requirements(wheel)) + "\n")
+    (place.host_dir / "requirements.txt").write_text("\n".join(requirements(wheels_[0])) + "\n")
     venv, work = f"{place.dir}/venv", place.dir
-    place.run(python, "-m", "venv", venv)
+    place.run(python, "-m", "venv", *venv_options, venv)
     place.run(f"{venv}/bin/pip", "download", "-q", "--only-binary", ":all:", "-d", place.wheelhouse,
-              "-r", f"{work}/requirements.txt")  # as a user's pip resolves them (3.9 gets an older OpenTelemetry)
+              "-r", f"{work}/requirements.txt")
     place.run(f"{venv}/bin/pip", "install", "-q", "--no-index", "--only-binary", ":all:", "--find-links",
-              place.wheelhouse, f"{work}/{wheel.name}")
+              place.wheelhouse, *(f"{work}/{w.name}" for w in wheels_))
+    return venv
+
+
+def install_and_run_hog(place: Place, version: str, python: str, wheel: Path) -> dict:
+    """The wheel installed (install) and the hog scenario run in that venv with the in-process
+    backend (as nobody in a tree; the host's pyenv lives in root's home); its report."""
+    venv, work = install(place, python, wheel), place.dir
+    shutil.copy2(SCENARIOS, place.host_dir / SCENARIOS.name)
     user = NOBODY if place.tree else None
     done = place.run(f"{venv}/bin/python", f"{work}/scenarios.py", *HOG, user=user, env={"OTEL_GIL_BACKEND": "inprocess"})
     report = json.loads(done.stdout)
@@ -200,3 +209,25 @@ def test_sdist_without_a_compiler_says_why(trees, place):
     for name in ("victim", "hog"):
         attributes = span(report, name)["attributes"]
         assert attributes.get("gil.status") == "unsupported_interpreter" and "gil.wait_ms" not in attributes, attributes
+
+
+def test_the_collector_wheel_for_operators(place):
+    """An operator's install: otel-gil-collector's wheel with this host's otel-gil wheel,
+    offline, into a fresh venv of the system's CPython (bcc is Debian's, a system package),
+    used from outside the checkout: `otel-gil report` compiles the BPF program from what the
+    wheels installed, and names the hog's code in report_target.py with its hold."""
+    where = place(None)
+    system = where.run("/usr/bin/python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])").stdout.strip()
+    venv = install(where, "/usr/bin/python3", built_wheel(system, "x86_64"), DIST / wheels.collector_wheel_name(),
+                   venv_options=("--system-site-packages",))
+    found = where.run(f"{venv}/bin/python", "-c", "import otel_gil, otel_gil_collector, bcc; "
+                      "print(otel_gil.__file__, otel_gil_collector.__file__)").stdout.split()
+    assert len(found) == 2 and all(f.startswith(f"{venv}/lib/python{system}/site-packages/") for f in found), found
+    target, _ = start_target(bursts=5)
+    try:
+        result, truth, progress = report_during_bursts(target, "--duration", "2s", otel_gil=[f"{venv}/bin/otel-gil"],
+                                                       env={"PATH": "/usr/bin:/bin", "HOME": "/root"}, cwd=where.dir)
+    finally:
+        target.kill()
+        target.wait()
+    check_functions(result, truth)
