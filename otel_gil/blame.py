@@ -152,5 +152,6 @@ def top_location(blames: list[Blame], tid: int) -> Optional[ringlib.Location]:
 
 
 def unlocated(blames: list[Blame]) -> int:
-    """Waits whose longest holder's hold was logged but whose location could not be read."""
-    return sum(1 for b in blames if b.held_by and (b.location is None or not b.location.frames))
+    """Waits whose longest holder's hold was logged but whose location was gone from the ring
+    (a location the writer could not take has no frames: counted by the writer, by why)."""
+    return sum(1 for b in blames if b.held_by and b.location is None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import dis
 import json
 import os
 import platform
@@ -131,7 +132,36 @@ def hog_and_victim(tracer, args) -> dict:
     _wait_gone([flush])
     truth["metrics_flushed"] = read_metrics()
     truth["switch_interval_ms"] = sys.getswitchinterval() * 1000  # the wait spans' default threshold
+    truth["spin_code"] = _pure_python_holder(tracer)
     return truth
+
+
+def _pure_python_holder(tracer, seconds: float = 0.3) -> list:
+    """A thread in a pure-Python loop (_spin) keeps the GIL until forced to drop it, while
+    another, in a span "py-victim", sleeps 2 ms at a time and waits a switch interval after
+    each: the waits' blocker held the GIL in _spin, at one of its lines (truth: [qualname,
+    file, lines])."""
+    started = threading.Event()
+
+    def spinner() -> None:
+        started.set()
+        _spin(seconds)
+
+    def victim() -> None:
+        started.wait()
+        with tracer.start_as_current_span("py-victim"):
+            deadline = time.monotonic() + seconds * 0.8
+            while time.monotonic() < deadline:
+                time.sleep(0.002)
+
+    threads = [threading.Thread(target=spinner, name="py-hog"), threading.Thread(target=victim, name="py-victim")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    code = _spin.__code__
+    return [getattr(code, "co_qualname", code.co_name), code.co_filename,
+            sorted({line for _, line in dis.findlinestarts(code) if line and line > code.co_firstlineno})]
 
 
 def convoy(tracer, args) -> dict:
