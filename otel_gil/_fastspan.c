@@ -764,27 +764,19 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 	if (nargs + nkw == 2 && (nkw == 0 || PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), s_end_time_kw) == 0))
 		explicit = args[1];
 	PyObject *end_obj = lookup(span, s_end_time), *start_obj = lookup(span, s_start_time);
-	int ok_start, ok_explicit = 1;
+	int ok_start;
 	long long span_start = as_ns(start_obj, &ok_start);
-	long long explicit_ns = explicit && explicit != Py_None ? as_ns(explicit, &ok_explicit) : -1;
-	int simple = end_obj == Py_None && ok_start && ok_explicit && (plain || explicit != NULL);
+	int simple = end_obj == Py_None && ok_start && (plain || explicit == Py_None);
 	Py_XDECREF(end_obj);
 	Py_XDECREF(start_obj);
 	PyErr_Clear();
-	if (!simple) { /* ended already, odd arguments, an SDK we do not know: the Python hook decides */
+	if (!simple) { /* ended already, an explicit end time (rare: checked against the slot there), odd
+	                * arguments, an SDK we do not know: the Python hook decides */
 		Py_DECREF(start);
 		return python_end(self, args, nargs, kwnames);
 	}
 	uint64_t now = clock_ns(CLOCK_MONOTONIC);
-	long long end_ns;
-	if (explicit_ns < 0) {
-		end_ns = (long long)clock_ns(CLOCK_REALTIME);
-	} else { /* close open intervals at the explicit end, mapped onto the monotonic clock */
-		end_ns = explicit_ns;
-		long long since = explicit_ns - st->wall_ns;
-		uint64_t at = (uint64_t)(st->mono_ns + (since > 0 ? since : 0));
-		now = at < now ? at : now;
-	}
+	long long end_ns = (long long)clock_ns(CLOCK_REALTIME);
 	Hooks *hooks = self->hooks;
 	double wait_ratio;
 	PyObject *attributes = NULL;

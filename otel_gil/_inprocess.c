@@ -223,14 +223,44 @@ static inline struct gil_slot *my_slot(void)
 }
 
 /* A thread exits (pthread key destructor): free its slot, then fold its figures
- * into the header, in the BPF side's order (Totals in metrics.py relies on it). */
+ * into the header, in the BPF side's order (Totals in metrics.py relies on it).
+ * Its slot from before an install is still its own (claim() finds it by tid); one
+ * from before a fork has another tid (the child's) or was wiped: not this thread's. */
 static void on_thread_exit(void *value)
 {
 	struct gil_slot *s = value;
-	if (s == NULL || ring == NULL || s != me.slot || me.epoch != epoch || s->tid != (uint32_t)me.tid)
-		return; /* a slot from before a fork or an install: not this thread's any more */
+	pid_t tid = me.epoch == epoch ? me.tid : (pid_t)syscall(SYS_gettid);
+	if (s == NULL || ring == NULL || s->tid != (uint32_t)tid)
+		return;
 	me.slot = NULL;
 	gil_on_exit(header(), s);
+}
+
+/* At uninstall: close every slot's open wait and hold now, into its totals. The hooks
+ * see no hand-off from here on, and the next install drops what is still open (a
+ * thread's first event of a new epoch): a reader that saw it open would see the
+ * counters go down. Run with `active` cleared and under gil->mutex, which a waiter
+ * holds while its hook opens a wait, and by the GIL's holder: no owner writes its slot
+ * meanwhile (the one exception to "only the owner writes its slot"). */
+static void close_open_intervals(void)
+{
+	pthread_mutex_t *mutex = (pthread_mutex_t *)((char *)gil_cond + sizeof(pthread_cond_t)); /* gil->mutex */
+	pthread_mutex_lock(mutex);
+	uint64_t now = now_ns();
+	for (uint32_t i = 0; i < nslots; i++) {
+		struct gil_slot *s = slot_at(i);
+		if (!s->wait_start_ns && !s->acquired_ns)
+			continue;
+		seq_bump(s);
+		if (s->wait_start_ns && now > s->wait_start_ns)
+			s->wait_ns += now - s->wait_start_ns;
+		if (s->acquired_ns && now > s->acquired_ns)
+			s->hold_ns += now - s->acquired_ns;
+		s->wait_start_ns = s->acquired_ns = 0;
+		s->flags = 0;
+		seq_bump(s);
+	}
+	pthread_mutex_unlock(mutex);
 }
 
 /* ------------------------------------------------------------ wrappers */
@@ -549,7 +579,9 @@ static PyObject *install(PyObject *module, PyObject *args, PyObject *kwds)
 static PyObject *uninstall(PyObject *module, PyObject *unused)
 {
 	(void)module, (void)unused;
-	active = 0;
+	__atomic_store_n(&active, 0, __ATOMIC_SEQ_CST);
+	if (ring != NULL && gil_cond != NULL)
+		close_open_intervals();
 	restore_got();
 	Py_RETURN_NONE;
 }

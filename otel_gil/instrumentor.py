@@ -48,6 +48,9 @@ class GilInstrumentor(BaseInstrumentor):
 
     _backend: Optional[backend.Backend] = None
     _processor: Optional[GilSpanProcessor] = None
+    # Kept across uninstrument(), one per meter provider: its meter keeps the instruments.
+    _metrics: Optional[GilMetrics] = None
+    _meter_provider: Optional[metrics.MeterProvider] = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
@@ -64,9 +67,15 @@ class GilInstrumentor(BaseInstrumentor):
         timeout = kwargs.get("register_timeout_s", _env_float(OTEL_GIL_REGISTER_TIMEOUT_S, 2.0))
         wait_spans.configure(kwargs.get("wait_spans_ms", _env_float(OTEL_GIL_WAIT_SPANS_MS, sys.getswitchinterval() * 1e3)))
         source = backend.start(kwargs.get("backend"), kwargs.get("socket_path"), int(long_wait_ms * 1e6), timeout)
-        meter = metrics.get_meter(__name__, __version__, kwargs.get("meter_provider"))
         fast = os.environ.get(OTEL_GIL_NO_EXTENSIONS, "").strip().lower() not in ("1", "true", "yes")
-        processor = GilSpanProcessor(source, GilMetrics(source, meter, fast), fast=fast)
+        meter_provider = kwargs.get("meter_provider") or metrics.get_meter_provider()
+        gil_metrics = GilInstrumentor._metrics
+        if gil_metrics is not None and GilInstrumentor._meter_provider is meter_provider:
+            gil_metrics.rebind(source)  # its instruments are registered: the meter keeps the first callbacks
+        else:
+            gil_metrics = GilMetrics(source, metrics.get_meter(__name__, __version__, meter_provider), fast)
+            GilInstrumentor._metrics, GilInstrumentor._meter_provider = gil_metrics, meter_provider
+        processor = GilSpanProcessor(source, gil_metrics, fast=fast)
         hook_provider(provider, processor)
         threads.watch_starts()  # metrics name a thread even if it exits between two reads
         GilInstrumentor._backend, GilInstrumentor._processor = source, processor

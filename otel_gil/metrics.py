@@ -110,7 +110,9 @@ class Totals:
     def update(self, ring: ringlib.Ring, now_ns: int, started: Optional[dict[int, str]] = None) -> bool:
         """Read the ring; ``started``: threads started since the last update, by native id.
         False (nothing changed) if an exit was half-added or a slot stayed busy."""
-        if ring is not self._ring:  # a new registration: new slots, new exited totals
+        if self._ring is not None and ring is not self._ring and ring.continues(self._ring):
+            self._ring = ring  # the same slots through a new instrument(): they go on
+        elif ring is not self._ring:  # a new registration: new slots, new exited totals
             self._reset(ring)
         exited_totals = _patiently(lambda: _exited(ring.header))
         slots = None if exited_totals is None else _patiently(lambda: _slots(ring))
@@ -245,8 +247,9 @@ class LocationMisses:
     def update(self, ring: ringlib.Ring) -> None:
         now = list(ring.header.location_misses)
         with self._lock:
-            if ring is not self._ring:
-                self._ring, self._last = ring, [0] * len(now)
+            if self._ring is None or not (ring is self._ring or ring.continues(self._ring)):
+                self._last = [0] * len(now)  # a new ring: counted from its start
+            self._ring = ring
             for reason, new, old in zip(ringlib.LOC_WHY_NAMES, now, self._last):
                 if new > old:  # lower: the ring restarted (a fork child): counted from there
                     self.by_reason[reason] = self.by_reason.get(reason, 0) + new - old
@@ -258,7 +261,12 @@ class LocationMisses:
 
 
 class GilMetrics:
-    """Registers the instruments on ``meter``; reads the ring once per collection."""
+    """Registers the instruments on ``meter``; reads the ring once per collection.
+
+    One per meter for the process's life: the SDK keeps the first callbacks of an instrument
+    name, so a new ``instrument()`` rebinds this to its backend (counters go on from their
+    totals) instead of registering the instruments again.
+    """
 
     def __init__(self, registration: Backend, meter: Meter, fast: bool = True) -> None:
         self._registration = registration
@@ -296,6 +304,11 @@ class GilMetrics:
             "gil.spans.dropped", [self._observe_dropped], unit="{span}",
             description="Spans whose GIL figures failed a consistency check and were left out (gil.status says why)",
         )
+
+    def rebind(self, registration: Backend) -> None:
+        """Read ``registration``'s ring from now on (a new ``instrument()``)."""
+        with self._lock:
+            self._registration = registration
 
     def _refresh(self) -> None:
         with self._lock:

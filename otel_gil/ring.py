@@ -222,6 +222,11 @@ class BusySlot(Exception):
     """A slot could not be read consistently (see :meth:`Ring.snapshot`)."""
 
 
+class EndPassed(Exception):
+    """The figures were asked for at a time in the past, and the thread's GIL changed hands
+    since: what it had at that time is no longer in its slot (see :meth:`Ring.read`)."""
+
+
 class Counters(NamedTuple):
     """One thread's cumulative figures at a point in time (open intervals included)."""
 
@@ -431,6 +436,11 @@ class Ring:
             self._unmap()
             self._unmap = None
 
+    def continues(self, other: "Ring") -> bool:
+        """A view of the memory ``other`` views (the in-process ring across ``instrument()``
+        calls), not a new ring: no other mapping can be at its address while ``other`` lives."""
+        return self._address == other._address and self._size == other._size
+
     def find(self, tid: int, hint: int = -1) -> int:
         """Index of ``tid``'s slot (``hint`` first), -1 if the thread has none yet."""
         n, read, data = self.nslots, _TID.unpack_from, self._bytes
@@ -445,6 +455,8 @@ class Ring:
     def read(self, index: int, tid: int, until_ns: Optional[int] = None) -> Optional[tuple[int, Counters]]:
         """The calling thread's figures from slot ``index`` and the monotonic time they are
         at (now, or ``until_ns`` if earlier: open intervals are closed there); None if not its slot.
+        Raises EndPassed if ``until_ns`` is earlier and the thread took the GIL again after it (its
+        counters hold hand-offs made after that time), BusySlot if no read was consistent.
 
         Only for the caller's own slot: a writer writes it only on this thread's GIL
         hand-offs, which cannot happen while it runs this, except between two bytecodes:
@@ -464,6 +476,8 @@ class Ring:
         if owner != tid:
             return None
         if until_ns is not None and until_ns < now_ns:
+            if acquired > until_ns or wait_start > until_ns:
+                raise EndPassed(f"slot {index}: a GIL hand-off at {max(acquired, wait_start)} after {until_ns}")
             now_ns = until_ns
         if wait_start and now_ns > wait_start:  # _closed(), inlined: this runs twice per span
             wait += now_ns - wait_start

@@ -44,6 +44,7 @@ _THREAD_KEYS = ("thread.name", "thread.id")  # set on every span, copied onto it
 CROSS_THREAD = "cross_thread"
 COLLECTOR_CHANGED = "collector_changed"
 INCONSISTENT = "inconsistent"  # figures that broke an invariant: dropped, never exported
+END_PASSED = "end_time_passed"  # ended at an explicit time the thread's slot has moved past
 CLOCK_SLACK_NS = 50_000  # wait + hold may pass the duration by the clocks' reads around a span
 _local = threading.local()
 
@@ -162,8 +163,14 @@ def figures(
         attrs["gil.status"] = reg.status if reg.status != REGISTERED else COLLECTOR_CHANGED
         return attrs, [], end_time or time.time_ns()
     until = None if end_time is None else start.mono_ns + max(end_time - start.wall_ns, 0)
-    now, end = _read(ring, cache, until)
     span_end_ns = end_time or time.time_ns()
+    try:
+        now, end = _read(ring, cache, until)
+    except ringlib.EndPassed:  # ended at an explicit time, and the GIL changed hands since: unknown then
+        attrs["gil.status"] = END_PASSED
+        return attrs, [], span_end_ns
+    except ringlib.BusySlot:
+        return _dropped(start, attrs), [], span_end_ns
     wait1, hold1, acquisitions1, convoy1, long_waits1 = end
     wait0, hold0, acquisitions0, convoy0, long_waits0 = start.counters
     wait, hold, acquisitions, convoy = wait1 - wait0, hold1 - hold0, acquisitions1 - acquisitions0, convoy1 - convoy0
@@ -206,9 +213,7 @@ def figures(
             start.metrics.count_unlocated(blamelib.unlocated(blames))
     duration = max(span_end_ns - span_start_ns, now - start.mono_ns, 1)
     if min(wait, hold, acquisitions, convoy) < 0 or wait + hold > duration + CLOCK_SLACK_NS:
-        if start.metrics is not None:
-            start.metrics.count_dropped(INCONSISTENT)
-        return {k: attrs[k] for k in _THREAD_KEYS} | {"gil.status": INCONSISTENT}, [], span_end_ns
+        return _dropped(start, attrs), [], span_end_ns
     attrs.update(
         {
             "gil.wait_ms": wait / 1e6,  # not rounded: round() costs more than the rest of the figures
@@ -220,6 +225,13 @@ def figures(
         }
     )
     return attrs, events, span_end_ns
+
+
+def _dropped(start: _Start, attrs: dict) -> dict:
+    """A span's attributes when its figures broke an invariant or could not be read whole: counted, never exported."""
+    if start.metrics is not None:
+        start.metrics.count_dropped(INCONSISTENT)
+    return {k: attrs[k] for k in _THREAD_KEYS} | {"gil.status": INCONSISTENT}
 
 
 class GilSpanProcessor(SpanProcessor):

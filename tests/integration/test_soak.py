@@ -1,7 +1,8 @@
 """The soak (tests/workloads/soak.py) on every build of the matrix (Debian's trees in their
 container), with both backends: thread churn with thread ids reused, forks from the busy
 process and instrument/uninstrument cycles at once, an own-GIL subinterpreter (3.12+), every
-span checked against its invariants, metric totals never going down, every child clean.
+span checked against its invariants, metric totals never going down, every child clean; and
+the collector killed and started again under it.
 
 CI runs OTEL_GIL_SOAK_S seconds per build and backend (default 4: a minute in all);
 ``make soak`` runs the 30-minute version and keeps its report (bench/SOAK.md)."""
@@ -11,17 +12,19 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from helpers import BACKENDS, ROOT, matrix_names
+from helpers import BACKENDS, ROOT, matrix_names, stack
 
 WORKLOAD = ROOT / "tests" / "workloads" / "soak.py"
 SECONDS = float(os.environ.get("OTEL_GIL_SOAK_S", "4"))
 REPORT = Path(os.environ.get("OTEL_GIL_SOAK_REPORT") or "/tmp/otel-gil-artifacts/soak.md")
 _rows: list[str] = []
+_details: list[str] = []  # what went wrong, in full
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -37,7 +40,8 @@ def report_file():
         "metrics read every 0.2 s. Inconsistent: spans whose figures the reader dropped (gil.status=inconsistent).\n\n"
         "| build | backend | seconds | spans | with figures | violations | inconsistent | tids reused | forks (failed) "
         "| toggles | subinterpreter |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(_rows) + "\n")
+        "|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(_rows) + "\n"
+        + "".join(f"\n{d}\n" for d in _details))
 
 
 BUILDS = [name for name in matrix_names() if not name.endswith("-chroot")]  # a tree's GIL is the same chrooted
@@ -51,10 +55,20 @@ def test_every_span_obeys_its_invariants(collector, matrix_runner, build, backen
     subinterpreter = ["--subinterpreter"] if version >= (3, 12) else []
     cmd = runner.command(WORKLOAD, collector.address, "--seconds", str(SECONDS), "--forks", "--toggle",
                          "--reuse-tids", *subinterpreter)
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=SECONDS + 120,
-                          env={**os.environ, **runner.env, "OTEL_GIL_BACKEND": backend})
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=SECONDS + 120,
+                              env={**os.environ, **runner.env, "OTEL_GIL_BACKEND": backend})
+    except subprocess.TimeoutExpired:
+        _rows.append(f"| {build} | {backend} | {SECONDS:g} | hung: killed after {SECONDS + 120:g} s | | | | | | | |")
+        raise
+    if done.returncode != 0:
+        _rows.append(f"| {build} | {backend} | {SECONDS:g} | exited with {done.returncode} | | | | | | | |")
+        _details.append(f"{build} {backend}: exited with {done.returncode}:\n\n```\n{done.stderr[-2000:]}\n```")
     assert done.returncode == 0, done.stderr[-3000:]
     r = json.loads(done.stdout)
+    if r["violations"] or r["errors"] or r["metric_drops"] or r["leaked_slots"]:
+        _details.append(f"{build} {backend}: " + json.dumps({k: r[k] for k in ("violations", "errors", "metric_drops",
+                                                                                "leaked_slots")}, indent=1))
     children = r["children"]
     _rows.append(f"| {build} | {backend} | {SECONDS:g} | {r['spans']} | {r['with_figures']} | {r['violated']} | "
                  f"{r['statuses'].get('inconsistent', 0)} | {r['tids_reused']} | {children['forked']} "
@@ -64,8 +78,46 @@ def test_every_span_obeys_its_invariants(collector, matrix_runner, build, backen
     # collector, whose instrument() waits for its registration.
     assert r["spans"] > 100 * SECONDS and r["with_figures"] > r["spans"] / 4, r
     assert children["forked"] >= SECONDS / 4 and r["toggles"] >= 1 and r["tids_reused"] > 0, r
-    assert r["subinterpreter"] == bool(subinterpreter), r
+    assert r["subinterpreter"] == bool(subinterpreter), r  # its threads ran to the end
+    assert not r["errors"], r["errors"]  # no thread of the workload raised
     assert not r["violated"], r["violations"]
     assert not r["statuses"].get("inconsistent"), r["statuses"]  # figures the reader had to drop: a writer's bug
-    assert r["metric_reads_compared"] >= 1 and not r["metric_drops"], r
+    # Metric totals never went down, across instrument() calls too, and went on counting.
+    assert r["metric_reads"] >= SECONDS * 3 and not r["metric_drops"], r
+    assert r["metrics_grown"].get("gil.acquisitions", 0) > 0 and r["metrics_grown"].get("gil.hold.time", 0) > 0, r
+    assert not r["leaked_slots"], r["leaked_slots"]  # every exited thread's slot was freed
     assert not children["failed"], children  # each child's own spans were sound, and it exited
+
+
+def test_a_collector_restart_under_the_soak(tmp_path):
+    """kill -9 of a collector of its own under the soak (collector backend, thread churn with
+    reused ids and forks): spans around the restart have sound figures or a status saying why
+    not, metric totals never go down, and they grow again once the process re-registered."""
+    sock = str(tmp_path / "gil.sock")
+    first, second, soak = stack.start_collector(sock, tmp_path / "first.log"), None, None
+    seconds = 20  # the kill at 4 s; re-registration with backoff once the new one has compiled
+    try:
+        soak = subprocess.Popen([sys.executable, str(WORKLOAD), sock, "--seconds", str(seconds), "--forks", "--reuse-tids"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": str(ROOT), "OTEL_GIL_BACKEND": "collector"})
+        time.sleep(4)
+        first.proc.kill()
+        first.proc.wait()
+        second = stack.start_collector(sock, tmp_path / "second.log")
+        out, err = soak.communicate(timeout=seconds + 120)
+    finally:
+        if soak is not None and soak.poll() is None:
+            soak.kill()
+        first.stop()
+        if second is not None:
+            second.stop()
+    assert soak.returncode == 0, err[-3000:]
+    r = json.loads(out)
+    _rows.append(f"| host {r['python']}, collector killed at 4 s | collector | {seconds} | {r['spans']} | "
+                 f"{r['with_figures']} | {r['violated']} | {r['statuses'].get('inconsistent', 0)} | {r['tids_reused']} | "
+                 f"{r['children']['forked']} ({len(r['children']['failed'])}) | - | - |")
+    assert not r["errors"] and not r["violated"], (r["errors"], r["violations"])
+    assert set(r["statuses"]) & {"no_collector", "collector_changed", "pending"}, r["statuses"]  # the restart was felt
+    assert not r["statuses"].get("inconsistent"), r["statuses"]
+    assert not r["metric_drops"] and r["metrics_grown"].get("gil.acquisitions", 0) > 0, r  # figures resumed
+    assert r["with_figures"] > 0 and not r["children"]["failed"] and not r["leaked_slots"], r

@@ -257,6 +257,38 @@ def test_explicit_end_time_and_double_end(setup):
     assert done.attributes["gil.acquisitions"] == 0
 
 
+def test_an_end_time_in_the_past_closes_open_intervals_there(setup):
+    """No hand-off since the explicit end: the open hold is counted up to it, not to the read."""
+    tracer, _, ring, exporter = setup
+    s = my_slot(ring)
+    s.acquired_ns = time.monotonic_ns()  # holding the GIL throughout
+    span = tracer.start_span("x")
+    time.sleep(0.01)
+    end = time.time_ns()
+    time.sleep(0.03)  # held on after the span's end, before it is ended
+    span.end(end_time=end)
+    (done,) = exporter.get_finished_spans()
+    duration_ms = (done.end_time - done.start_time) / 1e6
+    assert done.end_time == end and 9 <= done.attributes["gil.hold_ms"] <= duration_ms, done.attributes
+
+
+def test_an_end_time_the_thread_has_handed_the_gil_off_since_gets_no_figures(setup):
+    """Hand-offs after an explicit end are in the counters and cannot be taken out: a status, no figures."""
+    tracer, _, ring, exporter = setup
+    s = my_slot(ring)
+    s.acquired_ns = time.monotonic_ns()
+    span = tracer.start_span("x")
+    end = time.time_ns()
+    time.sleep(0.01)
+    s.hold_ns += time.monotonic_ns() - s.acquired_ns  # released after the end, and took it again
+    s.acquisitions += 1
+    s.acquired_ns = time.monotonic_ns()
+    span.end(end_time=end)
+    (done,) = exporter.get_finished_spans()
+    assert done.attributes["gil.status"] == spans.END_PASSED, done.attributes
+    assert not [k for k in done.attributes if k.endswith(("_ms", "_ratio", "acquisitions", "convoy_waits"))]
+
+
 def test_long_waits_before_a_backdated_start_are_counted(setup):
     """Flask's server span starts at the WSGI call, before the span object exists."""
     tracer, _, ring, exporter = setup
@@ -572,3 +604,16 @@ def test_no_wait_spans_when_turned_off(setup, wait_spans_at):
         record_wait(s, t, t + 50_000_000, blocker=1)
         time.sleep(0.06)
     assert [x.name for x in exporter.get_finished_spans()] == ["io"]
+
+
+def test_only_locations_gone_from_the_ring_count_as_gone():
+    """A location the writer could not take has no frames and is counted by the writer, by why;
+    the span side counts only the waits whose location was gone from the ring (``gone``)."""
+    from otel_gil.blame import Blame, unlocated
+
+    wait = ringlib.Wait(0, 5_000_000, 1, 5_000_000, 0)
+    missed = ringlib.Location((), ("no_frame",))
+    named = ringlib.Location((ringlib.Frame("f", "f.py", 1),), ())
+    blames = [Blame(wait, [(1, 5_000_000)], 0, 0, location) for location in (None, missed, named)]
+    blames.append(Blame(wait, [], 5_000_000, 0, None))  # no hold logged: nothing to locate
+    assert unlocated(blames) == 1

@@ -11,8 +11,9 @@ way and exits with their verdict); with --toggle, ``uninstrument`` and ``instrum
 0.5-1 s while threads wait; with --subinterpreter (3.12+), an isolated subinterpreter (its
 own GIL) runs three busy threads through the second half, when no fork is made (CPython
 3.13.0 aborts children forked while one runs threads). Metrics are read every 0.2 s: each
-counter's total over its thread names may never go down (between two reads with no
-instrument() between them: a new one starts new instruments).
+counter's total over its thread names may never go down, across instrument() calls too, and
+must grow in the second half (after many instrument() calls). An exception in any thread fails the run (``errors``), and so
+does a slot still held by a thread that is gone at the end (``leaked_slots``).
 
 Invariants of a span: with ``gil.status`` set, no ``gil.*`` figure; else figures >= 0,
 wait + hold <= duration + GRANULARITY_MS, ratios in [0, 1]. A span that overlapped an
@@ -145,23 +146,27 @@ for t in threads:
 """
 
 
-def subinterpreter(seconds: float) -> None:
-    """Three busy threads in an isolated subinterpreter (its own GIL) for ``seconds``."""
+def subinterpreter(seconds: float, ran: list) -> None:
+    """Three busy threads in an isolated subinterpreter (its own GIL) for ``seconds``; ``ran``
+    gets True once they all finished (3.12 raises a failure, 3.13+ returns it)."""
     try:
         import _interpreters as interpreters  # 3.13+
     except ImportError:
         import _xxsubinterpreters as interpreters  # 3.12: isolated (own GIL) by default too
     iid = interpreters.create()
     try:
-        interpreters.run_string(iid, SUBINTERPRETER.format(seconds=seconds))
+        failure = interpreters.run_string(iid, SUBINTERPRETER.format(seconds=seconds))
     finally:
         interpreters.destroy(iid)
+    if failure is not None:
+        raise RuntimeError(f"the subinterpreter failed: {failure}")
+    ran.append(True)
 
 
 def forker(tracer, checker: Checker, stop: threading.Event, children: dict, tids: list) -> None:
     """Fork every 0.3 s from this busy process, until stopped; each child checks its own spans."""
     while not stop.wait(0.3):
-        before = checker.violated
+        before = (checker.violated, checker.statuses.get("inconsistent", 0))
         pid = os.fork()
         if pid == 0:
             threads = [threading.Thread(target=work, args=(tracer, 10, tids)) for _ in range(4)]
@@ -169,7 +174,7 @@ def forker(tracer, checker: Checker, stop: threading.Event, children: dict, tids
                 t.start()
             for t in threads:
                 t.join()
-            os._exit(3 if checker.violated > before else 0)
+            os._exit(3 if (checker.violated, checker.statuses.get("inconsistent", 0)) != before or errors else 0)
         _, status = os.waitpid(pid, 0)
         children["forked"] += 1
         if status:
@@ -186,6 +191,31 @@ def toggler(instrumentor: GilInstrumentor, kwargs: dict, checker: Checker, stop:
         instrumentor.instrument(**kwargs)
         stretch[1] = time.time_ns()
         toggles[0] += 1
+
+
+errors: list[str] = []  # exceptions in any thread of the workload: each fails the run
+
+
+def _record(args: threading.ExceptHookArgs) -> None:
+    errors.append(f"{args.thread.name if args.thread else '?'}: {args.exc_type.__name__}: {args.exc_value}")
+
+
+threading.excepthook = _record
+
+
+def leaked_slots(instrumentor: GilInstrumentor) -> list[int]:
+    """Thread ids that hold a slot of the ring but are no thread of this process (a slot never
+    freed at exit), once the kernel has let every exited thread go (1 s at most)."""
+    ring = instrumentor._backend.ring if instrumentor._backend is not None else None
+    if ring is None:
+        return []
+    for _ in range(100):
+        tasks = {int(t) for t in os.listdir("/proc/self/task")}
+        leaked = [s.tid for s in ring.threads() if s.tid not in tasks]
+        if not leaked:
+            break
+        time.sleep(0.01)
+    return leaked
 
 
 def totals(reader: InMemoryMetricReader) -> dict[str, float]:
@@ -226,33 +256,35 @@ def main() -> None:
         helpers.append(threading.Thread(target=toggler, args=(instrumentor, kwargs, checker, stop, toggles)))
     for t in helpers:
         t.start()
-    metric_drops, last, deadline, reads = [], {}, time.monotonic() + args.seconds, 0
-    half = time.monotonic() + args.seconds / 2
+    metric_drops, reads, first, last = [], 0, None, {}
+    deadline, half, ran = time.monotonic() + args.seconds, time.monotonic() + args.seconds / 2, []
     while time.monotonic() < deadline:
         if args.subinterpreter and not no_forks.is_set() and time.monotonic() >= half:
             no_forks.set()
             if args.forks:
                 forks.join()
-            helpers.append(threading.Thread(target=subinterpreter, args=(deadline - time.monotonic(),)))
+            helpers.append(threading.Thread(target=subinterpreter, args=(deadline - time.monotonic(), ran)))
             helpers[-1].start()
         time.sleep(0.2)
-        toggled = toggles[0]
-        now = totals(reader)
-        if toggles[0] == toggled == last.get("toggles"):  # a new instrument() makes new instruments: from 0
-            reads += 1
-            metric_drops += [f"{name} {last[name]} -> {value}" for name, value in now.items()
-                             if name in last and value < last[name]]
-        last = {**now, "toggles": toggled}
+        now = totals(reader)  # across instrument() calls too: the counters go on
+        reads += 1
+        metric_drops += [f"{name} {last[name]} -> {value}" for name, value in now.items()
+                         if name in last and value < last[name]]
+        last = now
+        if first is None and time.monotonic() >= half:
+            first = now
     stop.set()
     no_forks.set()
     for t in helpers:
         t.join()
+    grown = {name: last.get(name, 0) - value for name, value in (first or {}).items()}  # in the second half
     print(json.dumps({"python": sys.version.split()[0], "backend": os.environ.get("OTEL_GIL_BACKEND", "auto"),
                       "seconds": args.seconds, "spans": checker.spans, "with_figures": checker.with_figures, "unhooked": checker.unhooked,
                       "statuses": checker.statuses, "threads": len(tids), "tids_reused": len(tids) - len(set(tids)),
-                      "subinterpreter": no_forks.is_set() and args.subinterpreter,
+                      "subinterpreter": bool(ran), "errors": errors, "leaked_slots": leaked_slots(instrumentor),
                       "violated": checker.violated, "violations": checker.violations, "children": children,
-                      "toggles": toggles[0], "metric_reads_compared": reads, "metric_drops": metric_drops}))
+                      "toggles": toggles[0], "metric_reads": reads, "metric_drops": metric_drops,
+                      "metrics_grown": grown}))
 
 
 if __name__ == "__main__":
