@@ -23,7 +23,8 @@ try:
 except OSError:
     pass
 client.connect(path)  # queued in the backlog: accept() fails with EMFILE
-threading.Thread(target=server.serve, daemon=True).start()
+serving = threading.Thread(target=server.serve)
+serving.start()
 cpu0 = time.process_time()
 time.sleep(2)
 busy = time.process_time() - cpu0
@@ -31,7 +32,9 @@ for fd in filler:
     os.close(fd)
 client.send(b"garbage")  # once fds are free again, the connection is served
 reply, _ = protocol.receive(client)
-server.stop()
+server.stop()  # as the collector stops: the loop ends, then its planner workers
+serving.join()
+server.close()
 print(busy, reply["error"])
 """
 
