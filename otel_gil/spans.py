@@ -163,14 +163,14 @@ def figures(
         attrs["gil.status"] = reg.status if reg.status != REGISTERED else COLLECTOR_CHANGED
         return attrs, [], end_time or time.time_ns()
     until = None if end_time is None else start.mono_ns + max(end_time - start.wall_ns, 0)
-    span_end_ns = end_time or time.time_ns()
     try:
         now, end = _read(ring, cache, until)
     except ringlib.EndPassed:  # ended at an explicit time, and the GIL changed hands since: unknown then
         attrs["gil.status"] = END_PASSED
-        return attrs, [], span_end_ns
+        return attrs, [], end_time
     except ringlib.BusySlot:
-        return _dropped(start, attrs), [], span_end_ns
+        return _dropped(start, attrs), [], end_time or time.time_ns()
+    span_end_ns = end_time or time.time_ns()  # after the read: the figures are at or before the span's end
     wait1, hold1, acquisitions1, convoy1, long_waits1 = end
     wait0, hold0, acquisitions0, convoy0, long_waits0 = start.counters
     wait, hold, acquisitions, convoy = wait1 - wait0, hold1 - hold0, acquisitions1 - acquisitions0, convoy1 - convoy0
