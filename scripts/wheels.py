@@ -216,9 +216,11 @@ def build_wheel(target: Target, sdist: Path, work: Path, tree: Path | None) -> P
     return wheels[0]
 
 
-def repair(wheel: Path, target: Target, out: Path, log: Path) -> None:
-    """auditwheel: the target's manylinux tag alone (it refuses if the wheel's symbols need a newer one)."""
-    run(["auditwheel", "repair", "--plat", target.platform, "--only-plat", "-w", str(out), str(wheel)], log)
+def repair(wheel: Path, out: Path, log: Path) -> None:
+    """auditwheel: the manylinux tag the wheel's symbols allow, that tag alone. ``auto``:
+    its --plat accepts only the host machine's policies, and a cross-built wheel's machine
+    comes from the wheel; the exact expected file names (main) hold each to manylinux_2_17."""
+    run(["auditwheel", "repair", "--plat", "auto", "--only-plat", "-w", str(out), str(wheel)], log)
 
 
 def readelf(*args: str) -> str:
@@ -304,7 +306,7 @@ def main() -> int:
         where = work / f"{target.tag}-{target.machine}"
         where.mkdir()
         wheel = build_wheel(target, sdist, where, tree)
-        repair(wheel, target, out, where / "build.log")
+        repair(wheel, out, where / "build.log")
         problems = check_wheel(out / target.wheel_name(), target, modules) if (out / target.wheel_name()).exists() \
             else [f"auditwheel wrote {sorted(p.name for p in out.glob(f'*{target.tag}*{target.machine}*'))}"]
         print(f"wheels.py: {target.wheel_name()}: {'; '.join(problems) or 'ok'}", file=sys.stderr)
