@@ -54,7 +54,8 @@ static __thread struct {
 /* Interned attribute names and attribute keys, made when the module loads. */
 static PyObject *s_ring, *s_generation, *s_status, *s_address, *s_nslots, *s_long_wait_ns, *s_start_attr,
 	*s_start_time, *s_end_time, *s_attributes, *s_dict, *s_immutable, *s_max_value_len, *s_maxlen,
-	*s_active, *s_name, *s_public_name, *s_kind, *s_set_attributes, *s_end_time_kw, *s_span_processor, *s_thread_key;
+	*s_active, *s_name, *s_public_name, *s_kind, *s_set_attributes, *s_end_time_kw, *s_span_processor, *s_thread_key,
+	*s_start;
 static PyObject *k_thread_name, *k_thread_id, *k_wait_ms, *k_hold_ms, *k_wait_ratio, *k_hold_ratio,
 	*k_acquisitions, *k_convoy_waits, *k_http_route;
 
@@ -813,6 +814,20 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
  * In place of a span processor: the SDK's call of one more processor costs more than the snapshot. */
 static PyObject *start_vectorcall(SpanMethod *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
+	if (!self->hooks->enabled && PyVectorcall_NARGS(nargsf) >= 1) {
+		/* Looked up before an uninstrument() (the thread lost the GIL in between): the
+		 * class's start now, the original or a newer hook, decides. A start in flight
+		 * across an uninstrument() and instrument() keeps its snapshot. */
+		PyObject *current = PyObject_GetAttr((PyObject *)Py_TYPE(args[0]), s_start);
+		if (current == NULL)
+			PyErr_Clear();
+		else if (current != (PyObject *)self) {
+			PyObject *result = PyObject_Vectorcall(current, args, nargsf, kwnames);
+			Py_DECREF(current);
+			return result;
+		}
+		Py_XDECREF(current);
+	}
 	PyObject *result = PyObject_Vectorcall(self->original, args, nargsf, kwnames);
 	if (result == NULL || PyVectorcall_NARGS(nargsf) < 1 || !self->hooks->enabled)
 		return result;
@@ -1003,6 +1018,7 @@ static int intern_all(void)
 		{&s_max_value_len, "max_value_len"}, {&s_maxlen, "maxlen"},
 		 {&s_active, "_active"}, {&s_name, "_name"}, {&s_public_name, "name"}, {&s_kind, "_kind"},
 		{&s_set_attributes, "set_attributes"}, {&s_span_processor, "_span_processor"}, {&s_thread_key, "otel_gil.thread"},
+		{&s_start, "start"},
 		{&k_thread_name, "thread.name"}, {&k_thread_id, "thread.id"}, {&k_wait_ms, "gil.wait_ms"},
 		{&k_hold_ms, "gil.hold_ms"}, {&k_wait_ratio, "gil.wait_ratio"}, {&k_hold_ratio, "gil.hold_ratio"},
 		{&k_acquisitions, "gil.acquisitions"}, {&k_convoy_waits, "gil.convoy_waits"}, {&k_http_route, "http.route"},

@@ -425,6 +425,39 @@ def test_a_shut_down_processor_adds_nothing(fast):
     assert not [k for k in span.attributes if k.startswith(("gil.", "thread."))], dict(span.attributes)
 
 
+def test_a_start_in_flight_across_a_reinstrument_keeps_its_snapshot():
+    """A thread looked Span.start up, lost the GIL, and an uninstrument() and instrument() ran
+    meanwhile (the soak saw one span in 30 minutes): the stale hook hands the call to the
+    class's current one, and the span gets its figures."""
+    from opentelemetry.sdk.trace import Span
+
+    ring = make_ring()
+    reg = FakeRegistration(ring)
+    my_slot(ring)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    first = processor(reg, fast=True)
+    spans.hook_provider(provider, first)
+    stale = Span.__dict__["start"]  # what the thread had looked up
+    try:
+        spans.unwrap_span()  # uninstrument()
+        first.shutdown()
+        spans.hook_provider(provider, processor(reg, fast=True))  # instrument() again
+        current = Span.__dict__["start"]
+        Span.start = lambda self, *args, **kwargs: None  # start_span builds the span, not yet started
+        try:
+            span = provider.get_tracer("test").start_span("x")
+        finally:
+            Span.start = current
+        stale(span)  # the call in flight
+        span.end()
+    finally:
+        spans.unwrap_span()
+    (done,) = exporter.get_finished_spans()
+    assert done.attributes["gil.acquisitions"] == 0 and "gil.status" not in done.attributes, dict(done.attributes)
+
+
 def test_only_the_hooked_providers_spans_get_figures(setup):
     """The C hooks replace Span.start and Span.end for every provider; they act on the
     instrumented provider's spans alone."""
