@@ -110,10 +110,9 @@ class Totals:
     def update(self, ring: ringlib.Ring, now_ns: int, started: Optional[dict[int, str]] = None) -> bool:
         """Read the ring; ``started``: threads started since the last update, by native id.
         False (nothing changed) if an exit was half-added or a slot stayed busy."""
-        if self._ring is not None and ring is not self._ring and ring.continues(self._ring):
-            self._ring = ring  # the same slots through a new instrument(): they go on
-        elif ring is not self._ring:  # a new registration: new slots, new exited totals
+        if not ring.continues(self._ring):  # a new registration: new slots, new exited totals
             self._reset(ring)
+        self._ring = ring  # or the same slots, maybe through a new instrument()'s view: they go on
         exited_totals = _patiently(lambda: _exited(ring.header))
         slots = None if exited_totals is None else _patiently(lambda: _slots(ring))
         if slots is None:  # read again at the next collection, these starts with it
@@ -247,7 +246,7 @@ class LocationMisses:
     def update(self, ring: ringlib.Ring) -> None:
         now = list(ring.header.location_misses)
         with self._lock:
-            if self._ring is None or not (ring is self._ring or ring.continues(self._ring)):
+            if not ring.continues(self._ring):
                 self._last = [0] * len(now)  # a new ring: counted from its start
             self._ring = ring
             for reason, new, old in zip(ringlib.LOC_WHY_NAMES, now, self._last):

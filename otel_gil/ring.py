@@ -436,10 +436,11 @@ class Ring:
             self._unmap()
             self._unmap = None
 
-    def continues(self, other: "Ring") -> bool:
-        """A view of the memory ``other`` views (the in-process ring across ``instrument()``
-        calls), not a new ring: no other mapping can be at its address while ``other`` lives."""
-        return self._address == other._address and self._size == other._size
+    def continues(self, other: Optional["Ring"]) -> bool:
+        """``other`` itself, or a view of the memory it views (the in-process ring across
+        ``instrument()`` calls), not a new ring: no other mapping can be at its address while
+        ``other`` lives."""
+        return other is not None and self._address == other._address and self._size == other._size
 
     def find(self, tid: int, hint: int = -1) -> int:
         """Index of ``tid``'s slot (``hint`` first), -1 if the thread has none yet."""

@@ -100,6 +100,7 @@ def expected_files() -> list[str]:
     return sorted([sdist_name(), collector_wheel_name(), *(t.wheel_name() for t in targets())])
 
 
+@functools.cache
 def bpf_includes() -> dict[str, str]:
     """What the collector's BPF program includes with quotes, transitively: file name -> the
     package it must be installed with (otel_gil's headers, or the collector's own)."""

@@ -44,6 +44,13 @@ def report_file():
         + "".join(f"\n{d}\n" for d in _details))
 
 
+def _row(build: str, backend: str, seconds: float, r: dict) -> str:
+    """One run's line of the report's table."""
+    return (f"| {build} | {backend} | {seconds:g} | {r['spans']} | {r['with_figures']} | {r['violated']} | "
+            f"{r['statuses'].get('inconsistent', 0)} | {r['tids_reused']} | {r['children']['forked']} "
+            f"({len(r['children']['failed'])}) | {r['toggles'] or '-'} | {'yes' if r['subinterpreter'] else '-'} |")
+
+
 BUILDS = [name for name in matrix_names() if not name.endswith("-chroot")]  # a tree's GIL is the same chrooted
 
 
@@ -70,9 +77,7 @@ def test_every_span_obeys_its_invariants(collector, matrix_runner, build, backen
         _details.append(f"{build} {backend}: " + json.dumps({k: r[k] for k in ("violations", "errors", "metric_drops",
                                                                                 "leaked_slots")}, indent=1))
     children = r["children"]
-    _rows.append(f"| {build} | {backend} | {SECONDS:g} | {r['spans']} | {r['with_figures']} | {r['violated']} | "
-                 f"{r['statuses'].get('inconsistent', 0)} | {r['tids_reused']} | {children['forked']} "
-                 f"({len(children['failed'])}) | {r['toggles']} | {'yes' if r['subinterpreter'] else '-'} |")
+    _rows.append(_row(build, backend, SECONDS, r))
     # It ran, and measured: spans that began or ended while the toggler had uninstrumented carry no
     # otel-gil attribute (the workload checks that they overlap one): 6-10 % in-process, 36-54 % with the
     # collector, whose instrument() waits for its registration.
@@ -113,9 +118,7 @@ def test_a_collector_restart_under_the_soak(tmp_path):
             second.stop()
     assert soak.returncode == 0, err[-3000:]
     r = json.loads(out)
-    _rows.append(f"| host {r['python']}, collector killed at 4 s | collector | {seconds} | {r['spans']} | "
-                 f"{r['with_figures']} | {r['violated']} | {r['statuses'].get('inconsistent', 0)} | {r['tids_reused']} | "
-                 f"{r['children']['forked']} ({len(r['children']['failed'])}) | - | - |")
+    _rows.append(_row(f"host {r['python']}, collector killed at 4 s", "collector", seconds, r))
     assert not r["errors"] and not r["violated"], (r["errors"], r["violations"])
     assert set(r["statuses"]) & {"no_collector", "collector_changed", "pending"}, r["statuses"]  # the restart was felt
     assert not r["statuses"].get("inconsistent"), r["statuses"]

@@ -12,8 +12,9 @@ way and exits with their verdict); with --toggle, ``uninstrument`` and ``instrum
 own GIL) runs three busy threads through the second half, when no fork is made (CPython
 3.13.0 aborts children forked while one runs threads). Metrics are read every 0.2 s: each
 counter's total over its thread names may never go down, across instrument() calls too, and
-must grow in the second half (after many instrument() calls). An exception in any thread fails the run (``errors``), and so
-does a slot still held by a thread that is gone at the end (``leaked_slots``).
+must grow in the second half (after many instrument() calls). An exception in any thread
+fails the run (``errors``), and so does a slot still held by a thread that is gone at the end
+(``leaked_slots``).
 
 Invariants of a span: with ``gil.status`` set, no ``gil.*`` figure; else figures >= 0,
 wait + hold <= duration + GRANULARITY_MS, ratios in [0, 1]. A span that overlapped an
