@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_gil import GilInstrumentor
-from own_time import held_ns, pydll_hold, spin
+import own_time
 
 _gil_holding_libc = ctypes.PyDLL(None)  # calls keep the GIL
 IO_CALL_S = 100e-6  # convoy: one fast I/O call
@@ -382,24 +382,29 @@ def tasks(tracer, args) -> dict:
     """
     import asyncio
 
-    truth: dict = {"own_ns": {}, "child_ns": {}, "worker_ns": 0, "hog_ns": [], "pieces": {}, "in_flight": args.in_flight}
+    truth: dict = {"own_ns": {}, "cpu_ns": {}, "child_ns": {}, "worker_ns": 0, "hog_ns": [], "pieces": {},
+                   "in_flight": args.in_flight}
     hog_on = threading.Event()
     stop = threading.Event()
     hog_ns: list = []
 
     class Own:
-        """Times the code of one request between its awaits (own_time.held_ns), and what it
-        did elsewhere or held without running (added by hand)."""
+        """The truth (own_time) of one request's code between its awaits, and of what it did
+        elsewhere or held without running (added by hand): ``ns``, and its CPU time, ``cpu_ns``."""
 
         def __init__(self) -> None:
-            self.ns, self.pieces = 0, []
+            self.ns, self.cpu_ns, self.pieces = 0, 0, []
+
+        def add(self, held: own_time.Held) -> None:
+            self.ns += held.ns
+            self.cpu_ns += held.cpu_ns
 
         def __enter__(self):  # the code from here to the next await runs in one task step
-            self.held0, self.wall0 = held_ns(), time.time_ns()
+            self.start, self.wall0 = own_time.clock(), time.time_ns()
             return self
 
         def __exit__(self, *exc) -> None:
-            self.ns += held_ns() - self.held0
+            self.add(own_time.since(self.start))
             self.pieces.append((self.wall0, time.time_ns()))
 
     async def request(i: int) -> None:
@@ -407,22 +412,24 @@ def tasks(tracer, args) -> dict:
         with tracer.start_as_current_span(f"request-{i}") as span:
             for _ in range(3):
                 with own:
-                    spin(2)
+                    own_time.spin(2)
                 await asyncio.sleep(0.002)
-            own.ns += pydll_hold(1)  # a hold without running: neither CPU nor runqueue time
+            own.add(own_time.pydll_hold(1))
             with own:
                 gathered = asyncio.gather(child(i, 0), child(i, 1))
-            own.ns += sum(await gathered)
+            for whole in await gathered:
+                own.add(whole)
             with own:
-                working = asyncio.to_thread(spin, 2)
+                working = asyncio.to_thread(own_time.spin, 2)
             worker = await working
-            truth["worker_ns"] += worker
+            truth["worker_ns"] += worker.ns
             with own:
-                own.ns += worker
+                own.add(worker)
                 ident = f"{span.get_span_context().span_id:016x}"
                 truth["own_ns"][ident], truth["pieces"][ident] = own.ns, own.pieces
+                truth["cpu_ns"][ident] = own.cpu_ns
 
-    async def child(i: int, n: int) -> int:
+    async def child(i: int, n: int) -> own_time.Held:
         """Its own span's code is its truth; all of its code (its span's start and end
         included: they run in the request's context) goes into the request's."""
         own, whole = Own(), Own()
@@ -431,20 +438,20 @@ def tasks(tracer, args) -> dict:
             activation = trace.use_span(span, end_on_exit=True)
             activation.__enter__()
             with own:
-                spin(1)
+                own_time.spin(1)
         await asyncio.sleep(0.001)
         with whole:
             with own:
                 truth["child_ns"][f"{span.get_span_context().span_id:016x}"] = own.ns
             activation.__exit__(None, None, None)
-        return whole.ns
+        return own_time.Held(whole.ns, whole.cpu_ns)
 
     async def yielding(i: int) -> None:
         own = Own()
         with tracer.start_as_current_span(f"waiting-{i}") as span:
             for _ in range(10):
                 with own:
-                    spin(0.5)
+                    own_time.spin(0.5)
                 await asyncio.sleep(0)
             truth["pieces"][f"{span.get_span_context().span_id:016x}"] = own.pieces
 

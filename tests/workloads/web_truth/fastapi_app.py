@@ -9,7 +9,7 @@ import time
 from fastapi import FastAPI
 from opentelemetry import trace
 
-from truth import PIECE_MS, hog, pydll_hold, spin
+from truth import PIECE_MS, Held, answer, clock, hog, pydll_hold, since, spin, total
 
 app = FastAPI()
 tracer = trace.get_tracer(__name__)
@@ -18,48 +18,56 @@ tracer = trace.get_tracer(__name__)
 @app.get("/own")
 async def own() -> dict:
     """Three pieces between awaits, then a PyDLL hold."""
-    ns = 0
+    pieces = []
     for _ in range(3):
-        ns += spin(PIECE_MS)
+        pieces.append(spin(PIECE_MS))
         await asyncio.sleep(0.02)
-    return {"own_ns": ns + pydll_hold(2)}
+    return answer(total(*pieces, pydll_hold(2)))
 
 
 @app.get("/own_def")
 def own_def() -> dict:
     """The same in a worker thread (FastAPI runs ``def`` routes there, in the request's context)."""
-    ns = 0
+    pieces = []
     for _ in range(3):
-        ns += spin(PIECE_MS)
+        pieces.append(spin(PIECE_MS))
         time.sleep(0.02)
-    return {"own_ns": ns + pydll_hold(2)}
+    return answer(total(*pieces, pydll_hold(2)))
 
 
-async def _child(n: int) -> tuple[str, int]:
+async def _child(n: int) -> tuple[str, Held, Held]:
+    """(span id, its own span's truth, the truth of all its code: its span's start and end run
+    in the request's context too)."""
+    whole = clock()
     with tracer.start_as_current_span(f"child-{n}") as span:
-        ns = spin(PIECE_MS / 2)
+        own = spin(PIECE_MS / 2)
+        ran = since(whole)
         await asyncio.sleep(0.01)
-        ns += spin(PIECE_MS / 2)
-    return f"{span.get_span_context().span_id:016x}", ns
+        whole = clock()
+        own = total(own, spin(PIECE_MS / 2))
+    return f"{span.get_span_context().span_id:016x}", own, total(ran, since(whole))
 
 
 @app.get("/gather")
 async def gather() -> dict:
     """A piece of its own, then two children at once, each in its own span."""
-    ns = spin(PIECE_MS)
-    children = dict(await asyncio.gather(_child(0), _child(1)))
-    return {"own_ns": ns + sum(children.values()), "children": children}
+    start = clock()
+    mine = spin(PIECE_MS)
+    children = asyncio.gather(_child(0), _child(1))
+    mine = since(start)
+    done = await children
+    return answer(total(mine, *(whole for _, _, whole in done)), children={i: own.ns for i, own, _ in done})
 
 
 @app.get("/busy")
 async def busy() -> dict:
     """Ten short pieces, yielding between them: the loop always has a task ready, so it waits
     out every hold of the hog while requests are in flight."""
-    ns = 0
+    pieces = []
     for _ in range(10):
-        ns += spin(2)
+        pieces.append(spin(2))
         await asyncio.sleep(0)
-    return {"own_ns": ns}
+    return answer(total(*pieces))
 
 
 @app.get("/hog")
@@ -74,3 +82,4 @@ def hog_switch(on: int) -> dict:
 @app.get("/health")
 async def health() -> dict:
     return {}
+

@@ -8,16 +8,16 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from truth import PIECE_MS, pydll_hold, spin
+from truth import PIECE_MS, answer, pydll_hold, spin, total
 
 
 async def own(request) -> JSONResponse:
     """Three pieces between awaits, then a PyDLL hold."""
-    ns = 0
+    pieces = []
     for _ in range(3):
-        ns += spin(PIECE_MS)
+        pieces.append(spin(PIECE_MS))
         await asyncio.sleep(0.02)
-    return JSONResponse({"own_ns": ns + pydll_hold(2)})
+    return JSONResponse(answer(total(*pieces, pydll_hold(2))))
 
 
 async def health(request) -> JSONResponse:

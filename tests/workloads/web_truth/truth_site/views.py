@@ -7,26 +7,27 @@ import time
 
 from django.http import HttpRequest, JsonResponse
 
-from truth import PIECE_MS, pydll_hold, spin
+from truth import PIECE_MS, answer, pydll_hold, spin, total
 
 
 async def own(request: HttpRequest) -> JsonResponse:
     """Three pieces between awaits, then a PyDLL hold."""
-    ns = 0
+    pieces = []
     for _ in range(3):
-        ns += spin(PIECE_MS)
+        pieces.append(spin(PIECE_MS))
         await asyncio.sleep(0.02)
-    return JsonResponse({"own_ns": ns + pydll_hold(2)})
+    return JsonResponse(answer(total(*pieces, pydll_hold(2))))
 
 
 def own_sync(request: HttpRequest) -> JsonResponse:
     """Three pieces between sleeps, then a PyDLL hold."""
-    ns = 0
+    pieces = []
     for _ in range(3):
-        ns += spin(PIECE_MS)
+        pieces.append(spin(PIECE_MS))
         time.sleep(0.02)
-    return JsonResponse({"own_ns": ns + pydll_hold(2)})
+    return JsonResponse(answer(total(*pieces, pydll_hold(2))))
 
 
 def health(request: HttpRequest) -> JsonResponse:
     return JsonResponse({})
+
