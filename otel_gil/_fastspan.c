@@ -64,11 +64,11 @@ static PyObject *Start_own(Start *self, void *closure)
 	if (!self->tracked)
 		Py_RETURN_NONE;
 	const struct own *o = &self->own;
-	return Py_BuildValue("(KKKKKKiiii)", (unsigned long long)o->hold_home, (unsigned long long)o->acquisitions_home,
+	return Py_BuildValue("(KKKKKKiiiii)", (unsigned long long)o->hold_home, (unsigned long long)o->acquisitions_home,
 			     (unsigned long long)o->wait_else, (unsigned long long)o->hold_else,
 			     (unsigned long long)o->acquisitions_else, (unsigned long long)o->convoy_else,
 			     o->threads_else == OWN_MANY ? -1 : (int)o->threads_else, self->switched,
-			     (o->flags & OWN_UNSEEN) != 0, (o->flags & OWN_BROKEN) != 0);
+			     (o->flags & OWN_UNSEEN) != 0, (o->flags & OWN_BROKEN) != 0, !tracked_throughout(self));
 }
 
 static PyMemberDef Start_members[] = {
@@ -557,8 +557,8 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 	uint64_t convoy = end.convoy_waits - c0->convoy_waits, others = 0;
 	const struct own *o = &start->own;
 	if (start->tracked) {
-		if (o->flags)
-			return 0; /* unseen switches or a missing charge: the Python hook says so */
+		if (o->flags || ((start->switched || o->threads_else) && !tracked_throughout(start)))
+			return 0; /* unseen switches, a missing charge, untracked for a while: the Python hook says so */
 		if (start->switched) {
 			if (o->hold_home > d_hold)
 				return 0;

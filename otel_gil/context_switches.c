@@ -36,6 +36,7 @@
 
 /* The span hooks whose ring the charges are read from (a new reference), NULL: off. */
 static Hooks *tracking;
+static uint64_t epoch = 1; /* bumped as tracking stops: a span started before missed charges since */
 static PyObject *otel_var; /* OpenTelemetry's ContextVar of the current context */
 static PyObject *span_key; /* its key of the current span */
 static PyObject *s_charges_key, *s_parent, *s_context, *s_name, *s_settrace, *s_greenlet,
@@ -442,6 +443,12 @@ int tracking_contexts(Hooks *hooks)
 	return tracking == hooks;
 }
 
+/* Whether contexts were tracked from this span's start on (else charges of its code are missing). */
+int tracked_throughout(const Start *start)
+{
+	return start->tracked && start->epoch == epoch;
+}
+
 /* A span started on this thread (its counters in start->counters, read just now): charge
  * what ran until now, then its code runs. Nothing when the hooks do not track contexts. */
 void context_start(Hooks *hooks, Start *start, PyObject *span)
@@ -472,6 +479,7 @@ void context_start(Hooks *hooks, Start *start, PyObject *span)
 	start->parent = parent_of(tc, span);
 	start->home_tid = tc->tid;
 	start->switches = tc->switches;
+	start->epoch = epoch;
 	Py_XINCREF(tc->running);
 	start->prev_running = tc->running;
 	start->tracked = 1;
@@ -686,6 +694,8 @@ PyObject *contexts_track(PyObject *module, PyObject *const *args, Py_ssize_t nar
 /* _fastspan.untrack_contexts(): no more charge points (threads' greenlet tracers stay, idle). */
 PyObject *contexts_untrack(PyObject *module, PyObject *unused)
 {
+	if (tracking != NULL)
+		epoch++;
 	Py_CLEAR(tracking);
 	unhook_switches();
 	Py_RETURN_NONE;

@@ -64,6 +64,7 @@ typedef struct Start {
 	int switched;              /* the home thread switched contexts while the span ran */
 	uint64_t switches;         /* the home thread's switch count at the start */
 	uint64_t span_id;
+	uint64_t epoch;            /* context_switches.c's tracking epoch at the start */
 	uint32_t home_tid;
 	PyObject *name;            /* the span's name, for blame on shared threads */
 	struct Start *parent;      /* the local parent span's (a new reference), NULL at a root */
@@ -197,6 +198,7 @@ static inline PyObject *bind_method(PyObject *self, PyObject *obj, PyObject *typ
 /* context_switches.c */
 HIDDEN int contexts_init(PyObject *module);
 HIDDEN int tracking_contexts(Hooks *hooks);
+HIDDEN int tracked_throughout(const Start *start);
 HIDDEN void context_start(Hooks *hooks, Start *start, PyObject *span);
 HIDDEN void context_end(Start *start, PyObject *span);
 HIDDEN PyObject *contexts_track(PyObject *module, PyObject *const *args, Py_ssize_t nargs);

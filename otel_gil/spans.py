@@ -48,6 +48,7 @@ COLLECTOR_CHANGED = "collector_changed"
 INCONSISTENT = "inconsistent"  # figures that broke an invariant: dropped, never exported
 END_PASSED = "end_time_passed"  # ended at an explicit time the thread's slot has moved past
 SHARED_THREAD = "shared_thread"  # the span's thread ran other contexts' code where no hook could see it
+UNTRACKED = "untracked"  # uninstrumented while its code ran among other contexts' or on other threads
 CLOCK_SLACK_NS = 50_000  # wait + hold may pass the duration by the clocks' reads around a span
 _local = threading.local()
 
@@ -62,7 +63,9 @@ class Own(NamedTuple):
     how many threads (-1: more than 8). ``switched``: its home thread switched contexts while
     it ran (it is shared: an event loop, a greenlet hub). ``unseen``: a switch no hook saw
     changed whose code ran on a thread it ran on; ``broken``: a thread's counters went back
-    between two charges. Either makes its own figures unknown.
+    between two charges; ``untracked``: otel-gil was uninstrumented for a while since it
+    started. Each makes its own figures unknown (where other contexts' code, or its own
+    elsewhere, were in play).
     """
 
     hold_home: int
@@ -75,6 +78,7 @@ class Own(NamedTuple):
     switched: bool
     unseen: bool
     broken: bool
+    untracked: bool
 
 
 class _Start:
@@ -294,6 +298,8 @@ def own_figures(wait: int, hold: int, acquisitions: int, convoy: int, own: Optio
         return None
     if own is not None and own.broken:
         return None
+    if own is not None and own.untracked and (own.switched or own.threads_else):
+        return {"gil.status": UNTRACKED}
     if shared or (own is not None and own.unseen):
         # Other contexts' code ran here unseen: no hold is this span's for sure. The waits are the thread's.
         return {"gil.status": SHARED_THREAD, "gil.wait_ms": wait / 1e6, "gil.wait_ratio": wait / duration,

@@ -248,3 +248,27 @@ def test_a_loop_whose_switches_are_unseen_says_so(loop_thread, fast):
         assert (got["a"]["gil.hold_ms"], got["b"]["gil.hold_ms"]) == (1.0, 1.0), got
     else:
         assert {attrs.get("gil.status") for attrs in got.values()} == {spans.SHARED_THREAD}, got
+
+
+def test_a_span_that_lived_through_an_uninstrument_says_so():
+    """Charges of its code were missed while otel-gil was off: a shared thread's span has no
+    figure of its own then."""
+    ring = make_ring()
+    with hooked(FakeRegistration(ring), True) as (tracer, processor, exporter):
+        slot = my_slot(ring)
+
+        async def request(name: str, off: bool) -> None:
+            with tracer.start_as_current_span(name):
+                hold(slot, 1)
+                await asyncio.sleep(0)
+                if off:  # as uninstrument() and instrument() do
+                    spans._fastspan.untrack_contexts()
+                    spans._track_contexts(processor._hooks)
+                hold(slot, 1)
+
+        async def main() -> None:
+            await asyncio.gather(request("through", True), request("other", False))
+
+        asyncio.run(main())
+    got = named(exporter)
+    assert got["through"]["gil.status"] == spans.UNTRACKED and "gil.hold_ms" not in got["through"], got
