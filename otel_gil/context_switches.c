@@ -49,6 +49,14 @@ struct switch_entry {
 	Start *running;
 };
 
+#define SEEN_LEN 16 /* OpenTelemetry contexts a thread remembers the span's Start of (a power of 2) */
+
+/* An OpenTelemetry context (immutable: attach makes a new one) and the Start of its current span. */
+struct seen {
+	PyObject *otel_context;
+	Start *start;
+};
+
 typedef struct {
 	PyObject_HEAD
 	void *owner;          /* &here of its thread */
@@ -66,6 +74,7 @@ typedef struct {
 	PyObject *tracer;     /* this thread's greenlet tracer, once set */
 	struct switch_entry *log; /* who ran from when (LOG_LEN, from the thread's first switch) */
 	uint64_t logged;
+	struct seen seen[SEEN_LEN]; /* by the context's address: a switch back finds its Start here */
 } Charges;
 
 static __thread struct {
@@ -88,6 +97,10 @@ static void Charges_dealloc(Charges *self)
 		for (int i = 0; i < LOG_LEN; i++)
 			Py_XDECREF(self->log[i].running);
 		PyMem_Free(self->log);
+	}
+	for (int i = 0; i < SEEN_LEN; i++) {
+		Py_XDECREF(self->seen[i].otel_context);
+		Py_XDECREF(self->seen[i].start);
 	}
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -237,17 +250,22 @@ static void believe(Charges *tc)
 	}
 }
 
-/* The tracked Start of the span current in this thread's context (a new reference), or NULL. */
-static Start *current_start(void)
+/* The tracked Start of the span current in this thread's context (a new reference), or NULL;
+ * tc (may be NULL) remembers it for that OpenTelemetry context. */
+static Start *current_start(Charges *tc)
 {
 	PyObject *octx = NULL;
 	if (otel_var == NULL || PyContextVar_Get(otel_var, NULL, &octx) < 0 || octx == NULL) {
 		PyErr_Clear();
 		return NULL;
 	}
+	struct seen *seen = tc ? &tc->seen[((uintptr_t)octx >> 4) & (SEEN_LEN - 1)] : NULL;
+	if (seen != NULL && seen->otel_context == octx) {
+		Py_DECREF(octx);
+		Py_XINCREF(seen->start);
+		return seen->start;
+	}
 	PyObject *span = PyDict_Check(octx) ? PyDict_GetItemWithError(octx, span_key) : NULL;
-	Py_XINCREF(span);
-	Py_DECREF(octx);
 	Start *start = NULL;
 	if (span != NULL) {
 		PyObject *found = lookup(span, s_start_attr);
@@ -255,9 +273,15 @@ static Start *current_start(void)
 			start = (Start *)found;
 		else
 			Py_XDECREF(found);
-		Py_DECREF(span);
 	}
 	PyErr_Clear();
+	if (seen != NULL) { /* (a Start is tracked for good once its span started: the answer stays right) */
+		Py_XINCREF(start);
+		Py_XSETREF(seen->start, start);
+		Py_XSETREF(seen->otel_context, octx); /* takes the reference */
+	} else {
+		Py_DECREF(octx);
+	}
 	return start;
 }
 
@@ -268,7 +292,7 @@ static void check_unseen(Charges *tc)
 	PyObject *ctx = PyThreadState_Get()->context;
 	if (tc->context == NULL || ctx == NULL || ctx == tc->context)
 		return;
-	Start *there = current_start();
+	Start *there = current_start(tc);
 	if (there != tc->running) {
 		tc->unseen = 1;
 		flag_chain(tc->running, OWN_UNSEEN);
@@ -288,7 +312,7 @@ static void switched(Charges *tc, Start *next /* stolen; NULL: look it up */, in
 		now = clock_ns(CLOCK_MONOTONIC);
 	if (tc->log == NULL && (tc->log = PyMem_Calloc(LOG_LEN, sizeof(struct switch_entry))) == NULL)
 		PyErr_Clear(); /* no blame by request on this thread, figures unaffected */
-	run(tc, look_up ? current_start() : next, now);
+	run(tc, look_up ? current_start(tc) : next, now);
 	tc->switches++;
 	believe(tc);
 }
@@ -430,7 +454,7 @@ static Start *parent_of(Charges *tc, PyObject *span)
 			Py_INCREF(a);
 			return a;
 		}
-	Start *current = current_start();
+	Start *current = current_start(tc);
 	if (current != NULL && current->span_id == id)
 		return current;
 	Py_XDECREF(current);
@@ -553,14 +577,16 @@ static PyObject *ContextRun_vectorcall(ContextRun *self, PyObject *const *args, 
 	PyObject *result = PyObject_Vectorcall(args[1], args + 2, (size_t)(nargs - 2), kwnames);
 	if (PyContext_Exit(ctx))
 		Py_CLEAR(result);
-	PyObject *type, *value, *traceback;
-	PyErr_Fetch(&type, &value, &traceback);
+	PyObject *type = NULL, *value = NULL, *traceback = NULL;
+	if (result == NULL)
+		PyErr_Fetch(&type, &value, &traceback);
 	if ((tc = charges_here()) != NULL)
 		switched(tc, before, 0);
 	else
 		Py_XDECREF(before);
 	PyErr_Clear();
-	PyErr_Restore(type, value, traceback);
+	if (result == NULL)
+		PyErr_Restore(type, value, traceback);
 	return result;
 }
 
