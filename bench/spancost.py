@@ -1,6 +1,6 @@
 """In-process cost of otel-gil per span: OpenTelemetry alone vs OpenTelemetry + otel-gil.
 
-    .venv/bin/python bench/spancost.py [--spans 2000] [--blocks 30] [--rounds 5]
+    .venv/bin/python bench/spancost.py [--spans 2000] [--blocks 30] [--rounds 5] [--baseline CHECKOUT]
 
 The machine's speed drifts by more than the cost measured here from one minute
 (and one process) to the next, so the modes are compared inside one process, in
@@ -26,7 +26,9 @@ gil.wait child spans are on at their default threshold (the switch interval), as
 instrumentor leaves them, but in the last mode: these spans have no wait that long, and must
 pay nothing for them.
 Each round is a fresh process; a round's figure per mode is its median block,
-the cost is the median over rounds of (mode - otel). Writes the section "span
+the cost is the median over rounds of (mode - otel). With ``--baseline``, another checkout of
+otel-gil (its C parts built in place) runs the same rounds, alternating with this one: the
+server span's cost, as a share of the SDK's own, before and after. Writes the section "span
 cost" of bench/RESULTS.md and the raw runs to bench/out/spancost.json.
 """
 
@@ -114,8 +116,8 @@ MODES = ("otel", "otel+empty-processor", "otel+otel-gil", "otel+otel-gil[py]", "
          "server+otel-gil[no-wait-spans]")
 
 
-def run(spans: int, blocks: int) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def run(spans: int, blocks: int, checkout: Path = ROOT) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
     done = subprocess.run([sys.executable, "-c", CHILD, str(spans), str(blocks)],
                           capture_output=True, text=True, env=env)
     if done.returncode:
@@ -128,17 +130,25 @@ def main() -> int:
     parser.add_argument("--spans", type=int, default=2000, help="spans per block")
     parser.add_argument("--blocks", type=int, default=30, help="blocks per mode and round")
     parser.add_argument("--rounds", type=int, default=5, help="fresh processes")
+    parser.add_argument("--baseline", type=Path, help="another otel-gil checkout (C parts built in place) to compare with")
     args = parser.parse_args()
     raw: dict[str, list[float]] = {m: [] for m in MODES}
+    base: dict[str, list[float]] = {m: [] for m in MODES}
     for i in range(args.rounds):
         for mode, ns in run(args.spans, args.blocks).items():
             raw[mode].append(ns)
         print(f"round {i + 1}/{args.rounds}: " + ", ".join(f"{m} {raw[m][-1]:.0f} ns" for m in MODES), flush=True)
+        if args.baseline:
+            for mode, ns in run(args.spans, args.blocks, args.baseline).items():
+                base[mode].append(ns)
+            print(f"  baseline: " + ", ".join(f"{m} {base[m][-1]:.0f} ns" for m in MODES), flush=True)
     med = {m: statistics.median(raw[m]) for m in MODES}
     added = {m: statistics.median(a - o for a, o in zip(raw[m], raw["server" if m.startswith("server") else "otel"]))
              for m in MODES}
     results.OUT.mkdir(exist_ok=True)
-    (results.OUT / "spancost.json").write_text(json.dumps(raw, indent=1))
+    (results.OUT / "spancost.json").write_text(json.dumps({"runs": raw, "baseline": base}, indent=1))
+    share = {name: statistics.median(100 * (g - o) / o for g, o in zip(runs["server+otel-gil"], runs["server"]))
+             for name, runs in (("now", raw), ("baseline", base)) if runs["server"]}
     c, floor = added["otel+otel-gil"], added["otel+empty-processor"]
     body = "\n".join([
         f"`sudo .venv/bin/python bench/spancost.py --spans {args.spans} --blocks {args.blocks} --rounds {args.rounds}` "
@@ -166,6 +176,11 @@ def main() -> int:
         f"(`[no-wait-spans]`, side by side): {added['server+otel-gil[no-wait-spans]'] / 1000:.2f} µs. A span with no "
         "wait that long never reaches the wait-span code (it runs only from the Python end hook, for spans that have one).",
     ])
+    if "baseline" in share:
+        body += (f"\n\nAgainst {args.baseline} (`--baseline`, its rounds alternating with these): a server span's cost "
+                 f"is **{share['now']:.1f} %** of the SDK's own server span now, {share['baseline']:.1f} % there: "
+                 f"{share['now'] - share['baseline']:+.1f} points (target: within 1 point: "
+                 f"{'met' if share['now'] - share['baseline'] <= 1 else 'not met'}), medians of each round's share.")
     results.write_section("span cost", body)
     print(body)
     return 0

@@ -81,8 +81,9 @@ def start_server(mode: str, sock: str, log: Path) -> subprocess.Popen:
     raise RuntimeError(f"gunicorn ({mode}) did not come up:\n{log.read_text()[-3000:]}")
 
 
-def wrk(mode: str, route: str, seconds: float) -> dict:
-    out = subprocess.run(["wrk", "-t1", "-c8", f"-d{seconds:g}s", "--latency", f"http://127.0.0.1:{PORTS[mode]}{route}"],
+def wrk(port: int, route: str, seconds: float, connections: int = 8) -> dict:
+    """One wrk run on 127.0.0.1:``port``: req/s, p50 and p99 (ms)."""
+    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--latency", f"http://127.0.0.1:{port}{route}"],
                          capture_output=True, text=True, check=True).stdout
     if "Non-2xx" in out or "Socket errors" in out:
         raise RuntimeError(f"wrk saw errors:\n{out}")
@@ -141,7 +142,7 @@ def main() -> int:
             before = collector.log_text().count("registered:")
             servers.append(start_server(mode, sock, work / f"{mode}.log"))
             for route in ROUTES:
-                wrk(mode, route, 2)  # warm-up: every worker has served, registered and imported all
+                wrk(PORTS[mode], route, 2)  # warm-up: every worker has served, registered and imported all
             gil_on, deadline = mode == "otel+gil-collector", time.monotonic() + 10
             while (registered := collector.log_text().count("registered:") - before) < 2 and gil_on and time.monotonic() < deadline:
                 time.sleep(0.2)
@@ -152,7 +153,7 @@ def main() -> int:
         for i in range(args.rounds):
             for mode in MODES[i % len(MODES):] + MODES[:i % len(MODES)]:
                 for route in ROUTES:
-                    raw[mode][route].append(wrk(mode, route, args.seconds))
+                    raw[mode][route].append(wrk(PORTS[mode], route, args.seconds))
             print(f"round {i + 1}/{args.rounds}: " + ", ".join(
                 f"{m} {r} {raw[m][r][-1]['rps']:.0f}/s" for m in MODES for r in ROUTES), flush=True)
         per_request = acquisitions_per_request(servers[MODES.index("otel+gil-collector")], 5)
