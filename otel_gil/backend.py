@@ -3,7 +3,7 @@ in-process hooks (no privilege). Never both on one ring.
 
 ``OTEL_GIL_BACKEND``: ``collector``, ``inprocess``, or ``auto`` (the default): the
 collector when one answers on the socket (an operator who deployed one chose
-it), else in-process.
+it), else in-process; and in-process while a collector that traced the process is gone.
 """
 
 from __future__ import annotations
@@ -55,9 +55,12 @@ def start(kind: Optional[str], socket_path: Optional[str], long_wait_ns: int, ti
         registration.quiet = kind == AUTO
         registration.start()
         registration.wait(timeout_s)
-        # Still pending: a collector answered and is busy with us; ok: it traces us.
+        # Still pending: a collector answered and is busy with us; ok: it traces us. With auto,
+        # should it go away later, this process traces itself until it is back.
         if kind == COLLECTOR or registration.status in (PENDING, REGISTERED):
             registration.quiet = False
+            if kind == AUTO:
+                registration.fallback = InProcess(long_wait_ns)
             return registration
         registration.stop()
         log.debug("otel-gil: no collector (%s: %s); tracing in-process", registration.status, registration.detail)

@@ -59,12 +59,18 @@ class RingState:
 
 
 class Registration(RingState):
-    """This process's link to the collector."""
+    """This process's link to the collector.
+
+    ``fallback`` (auto backend): a writer of this process's own (the in-process backend) to
+    trace with while the collector is gone; its ring is published in the collector's place
+    until the process registers again, then it stops (never both on one ring)."""
 
     kind = "collector"
 
-    def __init__(self, socket_path: Optional[str] = None, long_wait_ns: int = 1_000_000) -> None:
+    def __init__(self, socket_path: Optional[str] = None, long_wait_ns: int = 1_000_000, fallback=None) -> None:
         super().__init__()
+        self.fallback = fallback
+        self._fallen_back = False
         self.socket_path = socket_path or os.environ.get(OTEL_GIL_SOCKET) or DEFAULT_SOCKET
         self.long_wait_ns = long_wait_ns
         self.quiet = False  # True while backend.start() only asks whether a collector answers
@@ -97,6 +103,9 @@ class Registration(RingState):
             except OSError:
                 pass
         self._set(None, PENDING, "")
+        if self._fallen_back:
+            self.fallback.stop()
+            self._fallen_back = False
 
     def check_fork(self) -> None:
         """Span hooks call this: a child of a fork made by C code (uWSGI's workers) ran no
@@ -120,11 +129,27 @@ class Registration(RingState):
         self._thread = None
 
     def _set(self, ring: Optional[Ring], status: str, detail: str) -> None:
+        if status == NO_COLLECTOR and self.fallback is not None and not self._stop.is_set():
+            ring, status, detail = self._fall_back(detail)
+        elif ring is not None and self._fallen_back:  # the collector is back: it traces, the fallback stops
+            self.fallback.stop()
+            self._fallen_back = False
+            log.info("otel-gil: the collector is back; its figures from now on")
         with self._lock:
             self._publish(ring, status, detail)
         if status != REGISTERED and status not in self._logged and status != PENDING and not self.quiet:
             self._logged.add(status)
             log.warning("otel-gil: no GIL figures (%s): %s", status, detail)
+
+    def _fall_back(self, why: str) -> tuple[Optional[Ring], str, str]:
+        """The fallback's ring, started if need be, or (None, NO_COLLECTOR, why) where it has none."""
+        if not self._fallen_back:
+            self.fallback.start()
+            if self.fallback.ring is None:
+                return None, NO_COLLECTOR, f"{why}; tracing in-process failed too: {self.fallback.detail}"
+            self._fallen_back = True
+            log.warning("otel-gil: %s: tracing in-process until it is back", why)
+        return self.fallback.ring, REGISTERED, ""
 
     def _run(self) -> None:
         delay = _BACKOFF_S[0]
@@ -133,7 +158,7 @@ class Registration(RingState):
             self._settled.set()
             if permanent or self._stop.is_set():
                 return
-            if self.status == REGISTERED:
+            if self._sock is not None:  # registered (the status may be a fallback's)
                 self._hold_connection()
                 delay = _BACKOFF_S[0]
                 continue

@@ -64,3 +64,47 @@ def test_kill_9_under_load_fails_no_request(jaeger, tmp_path):
         first.stop()
         if second is not None:
             second.stop()
+
+
+def test_auto_traces_in_process_while_its_collector_is_gone(jaeger, tmp_path):
+    """The auto backend (the default): a process the collector traced goes on with in-process
+    figures once the collector is killed, and back to the collector when one answers again."""
+    sock = str(tmp_path / "gil.sock")
+    first = stack.start_collector(sock, tmp_path / "first.log")
+    service = "flask-collector-fallback"
+    log = tmp_path / "app.log"
+    app = stack.start_app("flask", "gthread", PORT + 1, service, sock, log, backend="auto", workers=1)
+    second = None
+    url = f"http://127.0.0.1:{PORT + 1}"
+
+    def spans_now() -> list[dict]:
+        since_us = time.time_ns() // 1000
+        drive(url, "/io", 10, concurrency=2)
+        return stack.wait_for_spans(service, "GET /io", 10, since_us=since_us)
+
+    def figures_throughout(what: str) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            statuses = [s["tags"].get("gil.status", "ok") for s in spans_now()]
+            assert set(statuses) <= {"ok", "collector_changed", "pending"}, (what, statuses)
+            if set(statuses) == {"ok"}:
+                return
+        raise AssertionError(f"{what}: spans never had figures throughout again: {statuses}")
+
+    try:
+        figures_throughout("registered")
+        first.proc.kill()
+        first.proc.wait()
+        figures_throughout("collector gone")  # never no_collector: in-process figures
+        assert "tracing in-process until it is back" in log.read_text(), log.read_text()[-2000:]
+        second = stack.start_collector(sock, tmp_path / "second.log")
+        deadline = time.monotonic() + 60
+        while "registered" not in second.log_text() and time.monotonic() < deadline:
+            spans_now()
+        assert "registered" in second.log_text(), second.log_text()[-2000:]
+        figures_throughout("collector back")
+    finally:
+        app.stop()
+        first.stop()
+        if second is not None:
+            second.stop()
