@@ -1,7 +1,7 @@
-"""The demo: Jaeger, Prometheus (with examples/alerts), the collector and the Flask
-example under opentelemetry-instrument (its metrics thread hogging the GIL), some load,
-then the slowest spans as Jaeger has them: duration, GIL wait, GIL hold, and who held
-the GIL meanwhile; the slowest span's waits, each with the thread and the code that held the
+"""The demo: Jaeger (tail-sampling as the compose stack does), Prometheus (with examples/alerts),
+the collector and the Flask example under opentelemetry-instrument (its metrics thread hogging
+the GIL), some load, then the slowest spans as Jaeger has them: duration, GIL wait, GIL hold,
+and who held the GIL meanwhile; the slowest span's waits, each with the thread and the code that held the
 GIL; the URL of the slowest trace in Jaeger's UI, and the alert's state.
 
     make demo                                      (or, as root: .venv/bin/python scripts/demo.py)
@@ -116,8 +116,9 @@ def main() -> int:
         if stack.jaeger_up():
             print(f"Jaeger: using the one already answering on {stack.JAEGER_QUERY}", flush=True)
         else:
-            print("Jaeger: starting the cached build (the first run builds it: about 8 minutes)...", flush=True)
-            started.append(stack.start_jaeger(work / "jaeger.log"))
+            print("Jaeger: starting the cached build (the first run builds it: about 8 minutes), its tail sampling "
+                  f"keeping every GIL-bound trace ({stack.TAIL_SAMPLING.relative_to(ROOT)})...", flush=True)
+            started.append(stack.start_jaeger(work / "jaeger.log", tail_sampling=True))
         if stack.prometheus_up():
             print(f"Prometheus: using the one already answering on {stack.PROMETHEUS}", flush=True)
         else:
