@@ -12,7 +12,7 @@ PY := $(VENV)/bin/python
 # The oldest OpenTelemetry SDK we support, for the span-hook tests.
 SDK_MIN := opentelemetry-api==1.30.0 opentelemetry-sdk==1.30.0 opentelemetry-instrumentation==0.51b0
 
-.PHONY: host venv matrix rootfs tools wheels demo compose compose-down test test-sdk-min bench soak clean
+.PHONY: host venv matrix rootfs tools wheels images demo compose compose-down test test-sdk-min bench soak clean
 
 host:
 	$(SUDO) scripts/setup-host.sh
@@ -32,6 +32,10 @@ demo: host venv
 # API), base images pulled or built here once (scripts/images.sh, cached in /var/cache/otel-gil).
 compose: host wheels
 	$(SUDO) $(PYTHON) scripts/compose.py up
+
+# Those base images alone, for the tests (Python from source is the long one: about 20 minutes).
+images: host
+	$(SUDO) scripts/images.sh $$($(SUDO) scripts/engine.sh name)
 
 compose-down:
 	$(SUDO) $(PYTHON) scripts/compose.py down
@@ -69,7 +73,7 @@ tools:
 	$(SUDO) scripts/prometheus.sh path prometheus
 	$(SUDO) scripts/prometheus.sh path promtool
 
-test: host venv matrix rootfs tools wheels test-sdk-min
+test: host venv matrix rootfs tools wheels images test-sdk-min
 	$(SUDO) $(PY) -m pytest -ra tests
 
 # The soak for 30 minutes (85 s per build and backend, 20 runs; CI runs 4 s each): every span's

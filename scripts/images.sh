@@ -10,7 +10,8 @@
 # Usage: scripts/images.sh podman|docker   (the engine that gets them; prints nothing on success)
 # A built image is cached like Jaeger's build: ${OTEL_GIL_CACHE:-/var/cache/otel-gil}/images/NAME-HASH.tar,
 # HASH of all that makes it (recipe, build context, base image), one build at a time (flock);
-# an engine without the image loads the archive, and a change to the recipe builds it anew.
+# an engine without the image loads the archive, a change to the recipe builds it anew (the
+# archives of other recipes go once unused for a day).
 # The local images trust what this host trusts (its CA bundle, an intercepting proxy's CA
 # included), as scripts/rootfs.sh's trees do: apt and pip in later builds reach what the host reaches.
 set -euo pipefail
@@ -79,7 +80,8 @@ otelcol() {  # the Collector Builder's distribution of images/otelcol/manifest.y
         mkdir -p "$dir"
         (cd "$work" && GOFLAGS=-buildvcs=false go run "$builder" --config "$root/images/otelcol/manifest.yaml" >"$work/builder.log" 2>&1) \
             || { tail -n 20 "$work/builder.log" >&2; echo "images.sh: the Collector Builder failed (see above)" >&2; exit 1; }
-        mv "$work/otelcol/otelcol-contrib" "$bin"
+        mv "$work/otelcol/otelcol-contrib" "$bin.tmp"
+        mv "$bin.tmp" "$bin"  # atomic: an interrupted build never leaves half a binary at $bin
     fi
     echo "$bin"
 }
@@ -99,6 +101,7 @@ context() {  # IMAGE: $work/context, the image's build context (its Dockerfile a
         */opentelemetry-collector-contrib:*)
             cp "$(otelcol)" "$work/context/" ;;
     esac
+    chmod -R u+w "$work/context"  # the same recipe hash whether a source was read-only (a CI's shared/) or not
 }
 
 dir_of() {  # IMAGE: its recipe's directory under images/
@@ -125,13 +128,16 @@ recipe() {  # IMAGE: the hash of all that makes it
 }
 
 ensure() {  # IMAGE: in the engine, pulled or built by this recipe
-    local image=$1 have hash archive start=$SECONDS
+    local image=$1 have hash slug archive start=$SECONDS
     have=$(recipe_of "$image")
     [ -n "$have" ] || return 0  # pulled: the registry's own
     if [ "$have" = missing ] && "$engine" pull -q "$image" >/dev/null 2>&1; then return 0; fi
     hash=$(recipe "$image")
+    slug=$(echo "${image#docker.io/}" | tr '/:' '__')
+    archive=$cache/$slug-$hash.tar
+    [ ! -f "$archive" ] || touch "$archive"  # in use: archives of other recipes unused for a day go
+    find "$cache" -maxdepth 1 -name "$slug-*.tar" ! -path "$archive" -mtime +0 -delete
     [ "$have" != "$hash" ] || return 0
-    archive=$cache/$(echo "${image#docker.io/}" | tr '/:' '__')-$hash.tar
     if [ ! -f "$archive" ]; then
         echo "images.sh: $image cannot be pulled: building it here (recipe $hash)..." >&2
         if [ "$(dir_of "$image")" = "" ]; then from_tree "$image" "$hash"; else from_context "$image" "$hash"; fi
