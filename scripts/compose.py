@@ -30,7 +30,8 @@ COMPOSE_FILE = ROOT / "docker-compose.yml"
 # reads service S's from $OTEL_GIL_<S>_PORT (port_variable).
 PORTS = {"jaeger": 16686, "prometheus": 9090, "flask-app": 8000, "django-app": 8001}
 READY = {"jaeger": "/api/services", "prometheus": "/-/ready"}  # where a service says it is up; an app: /health
-APPS = {"flask-app": "flask-gil", "django-app": "django-gil"}  # compose service -> OTEL_SERVICE_NAME
+# The apps: compose service -> (its OTEL_SERVICE_NAME, the name of its /io server spans).
+APPS = {"flask-app": ("flask-gil", "GET /io"), "django-app": ("django-gil", "GET io")}  # Django's follow its URL patterns
 LOG_LINES = 30  # of a failed service's log, in errors
 
 
@@ -83,11 +84,20 @@ class Stack:
         """Engine, images, then ``services`` (default: all) built, started and answering."""
         self.engine = engine("up")
         run([str(ROOT / "scripts" / "images.sh"), self.engine["engine"]], "the base images")
-        self.compose("build", *(s for s in ("gil-collector", "flask-app") if not services or s in services))
+        self.compose("build", *services)
         self.compose("up", "-d", "--no-build", *services)
+        self.wait_log("gil-collector", "listening on ")
         for service in self.ports:  # each published service answers (the apps on /health)
             if not services or service in services:
                 self.wait_http(service, self.url(service) + READY.get(service, "/health"))
+
+    def wait_log(self, service: str, text: str, timeout: float = 120) -> None:
+        """Until the service's log has ``text``, else its log."""
+        deadline = time.monotonic() + timeout
+        while text not in self.logs(service, lines=1000):
+            if time.monotonic() > deadline:
+                raise self.failed(service, f"its log did not say {text!r} within {timeout:.0f} s")
+            time.sleep(1)
 
     def wait_http(self, service: str, url: str, timeout: float = 120) -> None:
         """Until ``url`` answers 200 (the service's container started the app), else its log."""
@@ -126,8 +136,7 @@ def report(project: Stack, requests: int = 30) -> str:
     """Each app's slowest server spans, once Jaeger has ``requests`` of its GET /io spans."""
     jaeger = project.url("jaeger")
     out = []
-    for service, name in APPS.items():
-        operation = "GET /io" if service == "flask-app" else "GET io"  # Django names spans after its URL patterns
+    for service, (name, operation) in APPS.items():
         spans = [s for s in stack.wait_for_spans(name, operation, requests, timeout=180, base=jaeger)
                  if s["tags"].get("span.kind") == "server"]
         measured = [s for s in spans if "gil.wait_ms" in s["tags"]]  # a worker's first spans say gil.status=pending

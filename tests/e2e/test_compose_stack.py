@@ -23,12 +23,12 @@ from helpers import ROOT, stack
 
 import compose  # scripts/compose.py
 
-HOGS = dict(compose.APPS)  # compose service -> service name in Jaeger: the apps with their GIL hog
-CALM = ("flask-calm", "flask-gil-calm")  # compose-calm.yml's app: no hog
-PORTS = {"jaeger": 26686, "prometheus": 29090, "flask-app": 28000, "django-app": 28001, CALM[0]: 28002}
+HOGS = compose.APPS  # compose service -> (service name in Jaeger, /io span name): the apps with their GIL hog
+CALM = "flask-calm"  # compose-calm.yml's app, without the hog
+APPS = {**HOGS, CALM: ("flask-gil-calm", "GET /io")}
+PORTS = {"jaeger": 26686, "prometheus": 29090, **{app: 28000 + i for i, app in enumerate(APPS)}}
 PROJECT = "otel-gil-test"
 SAMPLE_PERCENT = 5
-IO_ROUTE = {"flask-app": "GET /io", "django-app": "GET io", CALM[0]: "GET /io"}  # Django names spans after its URL patterns
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -38,14 +38,16 @@ def project():
         pytest.fail("the compose stack needs root (a container engine, the privileged collector): run as root, as CI does")
     project = compose.Stack(name=PROJECT, files=(compose.COMPOSE_FILE, Path(__file__).with_name("compose-calm.yml")),
                             ports=PORTS, sample_percent=SAMPLE_PERCENT)
-    services = ("gil-collector", "otel-collector", "jaeger", "prometheus", *HOGS, CALM[0])
+    services = ("gil-collector", "otel-collector", "jaeger", "prometheus", *APPS)
     try:
-        project.up(services)
-    except compose.StackError as exc:
-        pytest.fail(f"the compose stack did not come up: {exc}")
-    register_every_worker(project, (*HOGS, CALM[0]))
-    yield project
-    project.down()
+        try:
+            project.up(services)
+        except compose.StackError as exc:
+            pytest.fail(f"the compose stack did not come up: {exc}")
+        register_every_worker(project, tuple(APPS))
+        yield project
+    finally:
+        project.down()  # also after a failed start
 
 
 def register_every_worker(project: compose.Stack, services: tuple[str, ...], timeout: float = 90) -> None:
@@ -53,14 +55,17 @@ def register_every_worker(project: compose.Stack, services: tuple[str, ...], tim
     on its first span, and its spans say gil.status=pending until it did (tail sampling does not
     keep those as GIL-bound)."""
     deadline = time.monotonic() + timeout
-    while (waiting := {s: worker_pids(project, s) - located_pids(project) for s in services}) and any(waiting.values()):
+    while True:
+        located = located_pids(project)
+        waiting = {s: pids for s in services if (pids := worker_pids(project, s) - located)}
+        if not waiting:
+            return
         if time.monotonic() > deadline:
-            service = next(s for s, pids in waiting.items() if pids)
-            pytest.fail(str(project.failed("gil-collector", f"{service}'s workers {sorted(waiting[service])} (host pids) "
+            service, pids = next(iter(waiting.items()))
+            pytest.fail(str(project.failed("gil-collector", f"{service}'s workers {sorted(pids)} (host pids) "
                                            f"not traced within {timeout:.0f} s")))
-        for service, pids in waiting.items():
-            if pids:
-                send(project, service, 8, 4, route="/health")
+        for service in waiting:
+            send(project, service, 8, 4, route="/health")
         time.sleep(0.5)
 
 
@@ -103,7 +108,7 @@ def gil_bound(spans: list[dict]) -> bool:
 
 
 def server_span(spans: list[dict], service: str) -> dict:
-    return next(s for s in spans if s["operationName"] == IO_ROUTE[service] and s["tags"].get("span.kind") == "server")
+    return next(s for s in spans if s["operationName"] == APPS[service][1] and s["tags"].get("span.kind") == "server")
 
 
 def now_us() -> int:
@@ -129,7 +134,7 @@ def test_both_apps_spans_carry_the_collectors_figures(project):
     since = now_us()
     sent = {service: send(project, service, 20, 4) for service in HOGS}
     for service, ids in sent.items():
-        found = wait_for_traces(project, HOGS[service], ids, since)
+        found = wait_for_traces(project, HOGS[service][0], ids, since)
         missing = ids - found.keys()
         if missing:
             pytest.fail(str(project.failed(service, f"{len(missing)} of its {len(ids)} traces never reached Jaeger")))
@@ -157,10 +162,10 @@ def test_tail_sampling_keeps_every_gil_bound_trace(project):
     anyway, the share kept is SAMPLE_PERCENT within the binomial bound."""
     since = now_us()
     bound = send(project, "flask-app", 100, 4)
-    calm = send(project, CALM[0], 300, 2)
-    kept_bound = wait_for_traces(project, HOGS["flask-app"], bound, since)
+    calm = send(project, CALM, 300, 2)
+    kept_bound = wait_for_traces(project, HOGS["flask-app"][0], bound, since)
     time.sleep(10)  # the calm traces' decisions: decision_wait (5 s) after their first span, then the batch
-    kept_calm = traces(project, CALM[1], since)
+    kept_calm = traces(project, APPS[CALM][0], since)
     missing = bound - kept_bound.keys()
     assert not missing, project.failed("otel-collector", f"{len(missing)} of 100 GIL-bound traces were dropped")
     assert all(gil_bound(kept_bound[t]) for t in bound), "a hog app's /io trace without a gil.wait span"
@@ -178,7 +183,7 @@ def test_prometheus_has_the_gil_series_and_evaluates_the_rules(project):
     """The apps' metrics arrive over OTLP (every 15 s) and the rules of examples/alerts run on
     them (every 30 s): GilContention's own expression has a value for each hog app."""
     base = project.url("prometheus")
-    jobs = set(HOGS.values())
+    jobs = {name for name, _ in HOGS.values()}
     deadline = time.monotonic() + 120
     while True:
         series = {r["metric"]["job"] for r in stack.prometheus_api("query", base=base, query="gil_wait_time_seconds_total")["result"]}
@@ -202,7 +207,7 @@ def test_spans_fall_back_to_in_process_figures_when_the_collector_stops(project)
     time.sleep(2)  # the apps see the collector hang up
     since = now_us()
     ids = send(project, "flask-app", 20, 4)
-    found = wait_for_traces(project, HOGS["flask-app"], ids, since, timeout=15)
+    found = wait_for_traces(project, HOGS["flask-app"][0], ids, since, timeout=15)
     statuses = [server_span(found[t], "flask-app")["tags"].get("gil.status") for t in ids & found.keys()]
     assert ids <= found.keys(), (f"{len(ids - found.keys())} of 20 traces not kept (without figures they are calm to "
                                  f"the sampler); those kept say gil.status {statuses}")
