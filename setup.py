@@ -20,8 +20,8 @@ from setuptools import Extension, setup
 required = os.environ.get("OTEL_GIL_REQUIRE_EXTENSIONS") == "1"
 setup(
     ext_modules=[
-        Extension(f"otel_gil.{name}", [f"otel_gil/{name}.c"], include_dirs=["otel_gil"], optional=not required,
-                  depends=sorted(glob.glob("otel_gil/*.h")))
-        for name in ("_inprocess", "_fastspan")
+        Extension(f"otel_gil.{name}", [f"otel_gil/{source}.c" for source in sources], include_dirs=["otel_gil"],
+                  optional=not required, depends=sorted(glob.glob("otel_gil/*.h")))
+        for name, sources in (("_inprocess", ["_inprocess"]), ("_fastspan", ["_fastspan", "context_switches"]))
     ]
 )

@@ -157,9 +157,11 @@ def prometheus_api(path: str, *, base: str = PROMETHEUS, **query: str):
 def app_command(framework: str, server: str, port: int, workers: int = 2, preload: bool = False) -> tuple[list[str], Path]:
     """(argv, cwd) of an example app under opentelemetry-instrument. server: dev, sync or gthread
     (gunicorn), or uwsgi (pre-fork in C: --master, 2 threads per worker; ``preload=False`` adds
-    --lazy-apps, the app loaded in each worker)."""
+    --lazy-apps, the app loaded in each worker); for the fastapi one, uvicorn (its asyncio loop)."""
     instrument = [str(BIN / "opentelemetry-instrument")]
     bind = f"127.0.0.1:{port}"
+    if framework == "fastapi":
+        return instrument + [str(BIN / "uvicorn"), "--port", str(port), "--loop", "asyncio", "app:app"], EXAMPLES / "async_app"
     if server == "dev":
         if framework == "flask":
             return instrument + [str(BIN / "flask"), "--app", "app", "run", "--port", str(port)], EXAMPLES / "flask_app"

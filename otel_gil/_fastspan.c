@@ -10,82 +10,39 @@
  *
  * The slot layout is otel_gil/gil_layout.h, the same file the BPF side uses.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <structmember.h>
+#include "fastspan.h"
 
-#include <linux/types.h> /* the __u32/__u64 of gil_layout.h */
 #include <pthread.h>
-#include <stdint.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
-
-#ifdef Py_GIL_DISABLED
-#error "otel_gil._fastspan needs the GIL (free-threaded builds use the Python hooks)"
-#endif
-
-#include "gil_layout.h"
+#include <structmember.h>
 
 /* How far wait + hold may pass a span's duration (the clocks' reads around it): spans.CLOCK_SLACK_NS. */
 #define CLOCK_SLACK_NS 50000
 
-/* A thread's figures, open wait and hold closed at some instant. */
-struct counters {
-	uint64_t wait_ns, hold_ns, acquisitions, convoy_waits, long_waits;
-};
-
 /* fork()s this process came out of, whoever called fork (os.fork, or C code such as
  * uWSGI's, where Python's at-fork hooks never run): a child's cached tids expire, and
  * the hooks ask the backend to check its pid (registration.check_fork()). */
-static unsigned long forks;
+unsigned long forks;
 
 static void count_fork(void) { forks++; }
 
-/* The calling thread's kernel tid and slot, valid for one registration generation. */
-static __thread struct {
-	PyObject *registration; /* compared, never dereferenced */
-	long generation;
-	unsigned long forks;
-	pid_t tid;
-	long index;
-} tls = {NULL, -1, 0, 0, -1};
+__thread struct thread_slot tls = {NULL, -1, 0, 0, -1};
 
 /* Interned attribute names and attribute keys, made when the module loads. */
-static PyObject *s_ring, *s_generation, *s_status, *s_address, *s_nslots, *s_long_wait_ns, *s_start_attr,
+PyObject *s_start_attr;
+static PyObject *s_ring, *s_generation, *s_status, *s_address, *s_nslots, *s_long_wait_ns,
 	*s_start_time, *s_end_time, *s_attributes, *s_dict, *s_immutable, *s_max_value_len, *s_maxlen,
 	*s_active, *s_name, *s_public_name, *s_kind, *s_set_attributes, *s_end_time_kw, *s_span_processor, *s_thread_key,
 	*s_start;
 static PyObject *k_thread_name, *k_thread_id, *k_wait_ms, *k_hold_ms, *k_wait_ratio, *k_hold_ratio,
-	*k_acquisitions, *k_convoy_waits, *k_http_route;
-
-static uint64_t clock_ns(clockid_t clock)
-{
-	struct timespec ts;
-	clock_gettime(clock, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
+	*k_acquisitions, *k_convoy_waits, *k_others_hold_ms, *k_http_route;
 
 /* ---------------------------------------------------------------- Start */
 
-/* What a span needs at its end; the Python hooks read the same fields from it. */
-typedef struct {
-	PyObject_HEAD
-	PyObject *registration;
-	PyObject *ring;    /* the otel_gil.ring.Ring: holding it keeps the mapping alive */
-	PyObject *metrics; /* GilMetrics or None */
-	PyObject *status;
-	const char *base;  /* the mapping */
-	uint32_t nslots;
-	uint64_t long_wait_ns;
-	long generation;
-	long tid;
-	long long mono_ns, wall_ns;
-	struct counters counters;
-} Start;
-
 static void Start_dealloc(Start *self)
 {
+	Py_XDECREF(self->name);
+	Py_XDECREF(self->parent);
+	Py_XDECREF(self->prev_running);
 	Py_XDECREF(self->registration);
 	Py_XDECREF(self->ring);
 	Py_XDECREF(self->metrics);
@@ -99,6 +56,19 @@ static PyObject *Start_counters(Start *self, void *closure)
 	return Py_BuildValue("(KKKKK)", (unsigned long long)c->wait_ns, (unsigned long long)c->hold_ns,
 			     (unsigned long long)c->acquisitions, (unsigned long long)c->convoy_waits,
 			     (unsigned long long)c->long_waits);
+}
+
+/* What the span's own code did (context_switches.c), as spans.Own; None where contexts are not tracked. */
+static PyObject *Start_own(Start *self, void *closure)
+{
+	if (!self->tracked)
+		Py_RETURN_NONE;
+	const struct own *o = &self->own;
+	return Py_BuildValue("(KKKKKKiiiii)", (unsigned long long)o->hold_home, (unsigned long long)o->acquisitions_home,
+			     (unsigned long long)o->wait_else, (unsigned long long)o->hold_else,
+			     (unsigned long long)o->acquisitions_else, (unsigned long long)o->convoy_else,
+			     o->threads_else == OWN_MANY ? -1 : (int)o->threads_else, self->switched,
+			     (o->flags & OWN_UNSEEN) != 0, (o->flags & OWN_BROKEN) != 0, !tracked_throughout(self));
 }
 
 static PyMemberDef Start_members[] = {
@@ -115,10 +85,12 @@ static PyMemberDef Start_members[] = {
 
 static PyGetSetDef Start_getset[] = {
 	{"counters", (getter)Start_counters, NULL, "(wait_ns, hold_ns, acquisitions, convoy_waits, long_waits)", NULL},
+	{"own", (getter)Start_own, NULL, "what the span's own code did on the GIL (spans.Own), None where contexts are not tracked",
+	 NULL},
 	{NULL},
 };
 
-static PyTypeObject StartType = {
+PyTypeObject StartType = {
 	PyVarObject_HEAD_INIT(NULL, 0)
 	.tp_name = "otel_gil._fastspan.Start",
 	.tp_basicsize = sizeof(Start),
@@ -129,51 +101,12 @@ static PyTypeObject StartType = {
 	.tp_getset = Start_getset,
 };
 
-/* ---------------------------------------------------------------- slot reads */
-
-static const volatile struct gil_slot *slot_at(const char *base, long index)
-{
-	return (const volatile struct gil_slot *)(base + (index + 1) * sizeof(struct gil_slot));
-}
-
-/* The slot of the calling thread (tls.tid), -1 if it has none yet; ring.Ring.find in C. */
-static long find_slot(const char *base, uint32_t nslots)
-{
-	uint32_t tid = (uint32_t)tls.tid;
-	if (tls.index >= 0 && tls.index < (long)nslots && slot_at(base, tls.index)->tid == tid)
-		return tls.index;
-	for (uint32_t i = 0; i < GIL_PROBE_LEN; i++) {
-		long index = (long)((tid + i) % nslots);
-		if (slot_at(base, index)->tid == tid)
-			return tls.index = index;
-	}
-	return -1;
-}
-
-/* ring.Ring.read in C. Only the calling thread's own slot: the BPF side writes it
- * only on this thread's GIL hand-offs, which cannot happen while it runs this. */
-static void read_counters(const char *base, uint32_t nslots, uint64_t now, struct counters *out)
-{
-	long index = find_slot(base, nslots);
-	if (index < 0) {
-		*out = (struct counters){0};
-		return;
-	}
-	const volatile struct gil_slot *s = slot_at(base, index);
-	uint64_t wait_start = s->wait_start_ns, acquired = s->acquired_ns;
-	out->wait_ns = s->wait_ns + (wait_start && now > wait_start ? now - wait_start : 0);
-	out->hold_ns = s->hold_ns + (acquired && now > acquired ? now - acquired : 0);
-	out->acquisitions = s->acquisitions;
-	out->convoy_waits = s->convoy_waits;
-	out->long_waits = s->long_waits;
-}
-
 /* ---------------------------------------------------------------- RatioCounter */
 
 /* metrics.WaitRatios' counting in C: a server span's wait ratio into its route's
  * bucket, with no Python frame and no lock (nothing in it releases the GIL, so it
  * is atomic for every other thread, and WaitRatios.rows copies rows whole). */
-typedef struct {
+struct RatioCounter {
 	PyObject_HEAD
 	vectorcallfunc vectorcall;
 	PyObject *table;       /* dict: route -> [count per bucket..., count above the last bound, sum] */
@@ -181,7 +114,7 @@ typedef struct {
 	Py_ssize_t max_routes;
 	Py_ssize_t nbounds;
 	double bounds[32];     /* upper bounds (le) of the buckets, ascending */
-} RatioCounter;
+};
 
 static int count_ratio(RatioCounter *self, PyObject *route, double ratio)
 {
@@ -299,26 +232,6 @@ static PyTypeObject RatioCounterType = {
 
 /* ---------------------------------------------------------------- Hooks */
 
-typedef struct {
-	PyObject_HEAD
-	PyObject *registration;
-	PyObject *metrics;
-	PyObject *ok;          /* the status string of a registered process */
-	PyObject *py_on_start; /* spans.GilSpanProcessor's Python path: (span) -> None */
-	PyObject *py_end;      /* spans.end_wrapper: (bound Span.end, span, args, kwargs), as wrapt calls it */
-	PyObject *py_server;   /* spans.record_server_span: (start, span, wait_ratio) -> None */
-	PyObject *server_kind; /* SpanKind.SERVER: only server spans feed the metrics */
-	RatioCounter *ratios;  /* the metrics' counter, where it is this module's; else NULL: py_server counts */
-	PyObject *threading;
-	PyObject *end_time_kwnames; /* ("end_time",) */
-	PyObject *ring;        /* the ring the cached fields below describe */
-	const char *base;
-	uint32_t nslots;
-	uint64_t long_wait_ns;
-	unsigned long seen_forks; /* forks when the backend last checked its pid */
-	int enabled;
-} Hooks;
-
 static int Hooks_traverse(Hooks *self, visitproc visit, void *arg)
 {
 	Py_VISIT(self->registration);
@@ -407,6 +320,7 @@ static PyObject *current_ring(Hooks *self, long *generation)
 		return NULL;
 	*generation = PyLong_AsLong(gen);
 	Py_DECREF(gen);
+	self->generation = *generation;
 	PyObject *ring = PyObject_GetAttr(self->registration, s_ring);
 	if (ring == NULL || ring == Py_None || PyErr_Occurred()) {
 		Py_XDECREF(ring);
@@ -435,17 +349,6 @@ static PyObject *current_ring(Hooks *self, long *generation)
 	return ring;
 }
 
-static void thread_for(PyObject *registration, long generation)
-{
-	if (tls.registration != registration || tls.generation != generation || tls.forks != forks) {
-		tls.registration = registration;
-		tls.generation = generation;
-		tls.forks = forks;
-		tls.tid = (pid_t)syscall(SYS_gettid);
-		tls.index = -1;
-	}
-}
-
 /* The thread's counters onto the span as its start snapshot (None, or NULL on an error). */
 static PyObject *snapshot_onto(Hooks *self, PyObject *span)
 {
@@ -458,8 +361,8 @@ static PyObject *snapshot_onto(Hooks *self, PyObject *span)
 		PyErr_Clear();
 	}
 	long generation;
-	PyObject *ring = current_ring(self, &generation);
-	if (ring == NULL) {
+	PyObject *ring = tracking_contexts(self) ? current_ring(self, &generation) : NULL;
+	if (ring == NULL) { /* not registered, or contexts not followed: the Python hook says why */
 		PyErr_Clear();
 		return PyObject_CallOneArg(self->py_on_start, span);
 	}
@@ -482,7 +385,15 @@ static PyObject *snapshot_onto(Hooks *self, PyObject *span)
 	start->long_wait_ns = self->long_wait_ns;
 	start->generation = generation;
 	start->tid = tls.tid;
+	start->tracked = start->switched = 0;
+	start->switches = start->span_id = 0;
+	start->home_tid = 0;
+	start->name = NULL;
+	start->parent = start->prev_running = NULL;
+	memset(&start->own, 0, sizeof(start->own));
 	int failed = PyObject_SetAttr(span, s_start_attr, (PyObject *)start);
+	if (!failed)
+		context_start(self, start, span);
 	Py_DECREF(start);
 	if (failed) { /* the Python hook meets the same failure and logs it, once: never break the app */
 		PyErr_Clear();
@@ -632,37 +543,63 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 	if (end.long_waits != start->counters.long_waits)
 		return 0; /* long waits to report as events */
 	const struct counters *c0 = &start->counters;
-	uint64_t wait = end.wait_ns - c0->wait_ns, hold = end.hold_ns - c0->hold_ns;
 	long long duration = span_end - span_start;
 	if ((long long)(now - start->mono_ns) > duration)
 		duration = (long long)(now - start->mono_ns);
 	if (duration < 1)
 		duration = 1;
 	if (end.wait_ns < c0->wait_ns || end.hold_ns < c0->hold_ns || end.acquisitions < c0->acquisitions ||
-	    end.convoy_waits < c0->convoy_waits || wait + hold > (uint64_t)duration + CLOCK_SLACK_NS)
+	    end.convoy_waits < c0->convoy_waits)
 		return 0; /* figures that break an invariant: the Python hook drops them and says so */
+	/* The home thread's deltas, and what the span's own code did (spans.own_figures, in C). */
+	uint64_t d_wait = end.wait_ns - c0->wait_ns, d_hold = end.hold_ns - c0->hold_ns;
+	uint64_t wait = d_wait, hold = d_hold, acquisitions = end.acquisitions - c0->acquisitions;
+	uint64_t convoy = end.convoy_waits - c0->convoy_waits, others = 0;
+	const struct own *o = &start->own;
+	if (start->tracked) {
+		if (o->flags || ((start->switched || o->threads_else) && !tracked_throughout(start)))
+			return 0; /* unseen switches, a missing charge, untracked for a while: the Python hook says so */
+		if (start->switched) {
+			if (o->hold_home > d_hold)
+				return 0;
+			others = d_hold - o->hold_home;
+			hold = o->hold_home;
+			acquisitions = o->acquisitions_home;
+		}
+		if (o->threads_else != OWN_MANY &&
+		    o->wait_else + o->hold_else > (uint64_t)duration * o->threads_else + CLOCK_SLACK_NS)
+			return 0;
+		wait += o->wait_else;
+		hold += o->hold_else;
+		acquisitions += o->acquisitions_else;
+		convoy += o->convoy_else;
+	}
+	if (d_wait + d_hold > (uint64_t)duration + CLOCK_SLACK_NS)
+		return 0;
 	*wait_ratio = (double)wait / (double)duration;
 	PyObject *keys[] = {k_thread_name, k_thread_id, k_wait_ms, k_hold_ms, k_wait_ratio, k_hold_ratio,
-			    k_acquisitions, k_convoy_waits};
+			    k_acquisitions, k_convoy_waits, k_others_hold_ms};
 	PyObject *ident = NULL; /* thread.id: the managed id, as spans.py */
 	PyObject *name = thread_name(self, &ident);
-	PyObject *values[8] = {
+	PyObject *values[9] = {
 		name,
 		ident,
 		PyFloat_FromDouble((double)wait / 1e6),
 		PyFloat_FromDouble((double)hold / 1e6),
 		PyFloat_FromDouble(*wait_ratio),
 		PyFloat_FromDouble((double)hold / (double)duration),
-		PyLong_FromUnsignedLongLong(end.acquisitions - c0->acquisitions),
-		PyLong_FromUnsignedLongLong(end.convoy_waits - c0->convoy_waits),
+		PyLong_FromUnsignedLongLong(acquisitions),
+		PyLong_FromUnsignedLongLong(convoy),
+		PyFloat_FromDouble((double)others / 1e6),
 	};
+	int n = start->tracked && start->switched ? 9 : 8;
 	int rc = -1;
-	for (int i = 0; i < 8; i++)
+	for (int i = 0; i < 9; i++)
 		if (values[i] == NULL)
 			goto out;
-	rc = set_attributes(span, keys, values, 8, attributes) ? -1 : 1;
+	rc = set_attributes(span, keys, values, n, attributes) ? -1 : 1;
 out:
-	for (int i = 0; i < 8; i++)
+	for (int i = 0; i < 9; i++)
 		Py_XDECREF(values[i]);
 	return rc;
 }
@@ -673,18 +610,6 @@ static long long as_ns(PyObject *value, int *ok)
 	*ok = value != NULL && !PyErr_Occurred();
 	PyErr_Clear();
 	return ns;
-}
-
-/* getattr(obj, name, NULL) without raising (and paying for) an AttributeError. */
-static PyObject *lookup(PyObject *obj, PyObject *name)
-{
-	PyObject *value = NULL;
-#if PY_VERSION_HEX >= 0x030D0000
-	PyObject_GetOptionalAttr(obj, name, &value);
-#else
-	_PyObject_LookupAttr(obj, name, &value);
-#endif
-	return value;
 }
 
 /* ---------------------------------------------------------------- SpanMethod */
@@ -768,6 +693,8 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 	int ok_start;
 	long long span_start = as_ns(start_obj, &ok_start);
 	int simple = end_obj == Py_None && ok_start && (plain || explicit == Py_None);
+	if (end_obj == Py_None && st->tracked)
+		context_end(st, span); /* what ran since the last charge point is its own: before any figure is read */
 	Py_XDECREF(end_obj);
 	Py_XDECREF(start_obj);
 	PyErr_Clear();
@@ -842,15 +769,6 @@ static PyObject *start_vectorcall(SpanMethod *self, PyObject *const *args, size_
 	return result;
 }
 
-static PyObject *SpanMethod_get(SpanMethod *self, PyObject *obj, PyObject *type)
-{
-	if (obj == NULL || obj == Py_None) {
-		Py_INCREF(self);
-		return (PyObject *)self;
-	}
-	return PyMethod_New((PyObject *)self, obj);
-}
-
 static int SpanMethod_traverse(SpanMethod *self, visitproc visit, void *arg)
 {
 	Py_VISIT(self->hooks);
@@ -892,7 +810,7 @@ static PyTypeObject SpanMethodType = {
 	.tp_traverse = (traverseproc)SpanMethod_traverse,
 	.tp_clear = (inquiry)SpanMethod_clear,
 	.tp_members = SpanMethod_members,
-	.tp_descr_get = (descrgetfunc)SpanMethod_get,
+	.tp_descr_get = bind_method,
 };
 
 static PyObject *span_method(Hooks *self, PyObject *original, PyObject *scope, vectorcallfunc call)
@@ -957,7 +875,7 @@ static PyGetSetDef Hooks_getset[] = {
 	{NULL},
 };
 
-static PyTypeObject HooksType = {
+PyTypeObject HooksType = {
 	PyVarObject_HEAD_INIT(NULL, 0)
 	.tp_name = "otel_gil._fastspan.Hooks",
 	.tp_basicsize = sizeof(Hooks),
@@ -1000,6 +918,13 @@ static PyObject *thread_contexts(PyObject *module, PyObject *unused)
 static PyMethodDef module_methods[] = {
 	{"thread_contexts", thread_contexts, METH_NOARGS,
 	 "{threading ident: contextvars.Context} of the interpreter's threads (for blame: whose span held the GIL)."},
+	{"track_contexts", (PyCFunction)(void (*)(void))contexts_track, METH_FASTCALL,
+	 "track_contexts(hooks, var, key): the hooks' spans get their own code's figures, on whichever thread, task "
+	 "or greenlet it runs (var: OpenTelemetry's ContextVar, key: the current span's key in it)."},
+	{"untrack_contexts", contexts_untrack, METH_NOARGS, "untrack_contexts(): undo track_contexts."},
+	{"held_by", (PyCFunction)(void (*)(void))contexts_held_by, METH_FASTCALL,
+	 "held_by(tid, start_ns, end_ns): (name, span id) of the span whose code ran longest then on a thread "
+	 "whose contexts switch, () if none's; None for a thread that never switched."},
 	{NULL},
 };
 
@@ -1021,7 +946,8 @@ static int intern_all(void)
 		{&s_start, "start"},
 		{&k_thread_name, "thread.name"}, {&k_thread_id, "thread.id"}, {&k_wait_ms, "gil.wait_ms"},
 		{&k_hold_ms, "gil.hold_ms"}, {&k_wait_ratio, "gil.wait_ratio"}, {&k_hold_ratio, "gil.hold_ratio"},
-		{&k_acquisitions, "gil.acquisitions"}, {&k_convoy_waits, "gil.convoy_waits"}, {&k_http_route, "http.route"},
+		{&k_acquisitions, "gil.acquisitions"}, {&k_convoy_waits, "gil.convoy_waits"},
+		{&k_others_hold_ms, "gil.others_hold_ms"}, {&k_http_route, "http.route"},
 	};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)
@@ -1039,7 +965,7 @@ static struct PyModuleDef fastspan_module = {
 
 PyMODINIT_FUNC PyInit__fastspan(void)
 {
-	if (intern_all() || PyType_Ready(&StartType) || PyType_Ready(&HooksType) || PyType_Ready(&SpanMethodType) ||
+	if (intern_all() || contexts_init(NULL) || PyType_Ready(&StartType) || PyType_Ready(&HooksType) || PyType_Ready(&SpanMethodType) ||
 	    PyType_Ready(&RatioCounterType))
 		return NULL;
 	if (pthread_atfork(NULL, NULL, count_fork) != 0) {

@@ -30,6 +30,8 @@ class Blame:
     # Where the longest holder was when it released the GIL at the end of its hold that
     # overlapped the wait most; None if no hold was logged or its location is gone from the ring.
     location: Optional[ringlib.Location] = None
+    # That hold (None if none was logged): on a thread whose contexts switch, whose code ran in it.
+    hold: Optional[ringlib.Hold] = None
 
     @property
     def blocker(self) -> tuple[int, int]:
@@ -54,11 +56,12 @@ class HoldLog:
         held = ringlib.held_during(self.holds, self._ends, wait.start_ns, wait.end_ns)
         by_time = sorted(held.items(), key=lambda item: item[1], reverse=True)
         length = wait.end_ns - wait.start_ns
-        location = self._location(by_time[0][0], wait) if by_time and self._ring is not None else None
-        return Blame(wait, by_time, max(wait.held_ns - sum(held.values()), 0), length - wait.held_ns, location)
+        hold = self._longest_hold(by_time[0][0], wait) if by_time else None
+        location = self._ring.location(hold.index) if hold is not None and self._ring is not None else None
+        return Blame(wait, by_time, max(wait.held_ns - sum(held.values()), 0), length - wait.held_ns, location, hold)
 
-    def _location(self, tid: int, wait: ringlib.Wait) -> Optional[ringlib.Location]:
-        """The location of ``tid``'s hold that overlapped ``wait`` most."""
+    def _longest_hold(self, tid: int, wait: ringlib.Wait) -> Optional[ringlib.Hold]:
+        """``tid``'s hold that overlapped ``wait`` most."""
         best, most = None, 0
         for i in range(bisect_right(self._ends, wait.start_ns), len(self.holds)):
             h = self.holds[i]
@@ -67,7 +70,7 @@ class HoldLog:
             overlap = min(h.end_ns, wait.end_ns) - max(h.start_ns, wait.start_ns)
             if h.tid == tid and overlap > most:
                 best, most = h, overlap
-        return self._ring.location(best.index) if best is not None else None
+        return best
 
 
 def _ms(ns: int) -> float:
@@ -89,10 +92,13 @@ def thread_attributes(prefix: str, tid: int, who) -> dict:
 
 def event_attributes(b: Blame, who, span_of=None) -> dict:
     """The ``gil.wait`` event of a long wait; ``who(tid)`` gives a thread's (thread.id, name), each
-    or None, ``span_of(tid, since_ns)`` the (name, span id) of the span the thread has been in since then, or None."""
+    or None, ``span_of(tid, start_ns, end_ns)`` the (name, span id) of the span whose code held the
+    GIL on that thread within its longest hold during the wait, or None."""
     tid, held = b.blocker
     attrs: dict = {"gil.wait_ms": _ms(b.wait.end_ns - b.wait.start_ns), **thread_attributes("gil.blocker.thread", tid, who)}
-    span = span_of(tid, b.wait.start_ns) if span_of is not None and b.held_by else None
+    during = (b.wait.start_ns, b.wait.end_ns) if b.hold is None else (
+        max(b.hold.start_ns, b.wait.start_ns), min(b.hold.end_ns, b.wait.end_ns))
+    span = span_of(tid, *during) if span_of is not None and b.held_by else None
     if span is not None:
         attrs["gil.blocker.span.name"], attrs["gil.blocker.span_id"] = span
     if b.held_by:

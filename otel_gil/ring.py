@@ -297,6 +297,8 @@ def held_during(holds: list[Hold], ends: list[int], start_ns: int, end_ns: int) 
 
 def _closed(wait: int, hold: int, acquisitions: int, convoy: int, long_waits: int,
             wait_start: int, acquired: int, now_ns: int) -> Counters:
+    """A slot's figures with its open wait (if counted) and hold closed at ``now_ns``: the one
+    place the Python side closes them (the C side: read_counters in fastspan.h)."""
     if wait_start and now_ns > wait_start:
         wait += now_ns - wait_start
     if acquired and now_ns > acquired:
@@ -469,7 +471,7 @@ class Ring:
         for _ in range(SNAPSHOT_TRIES):
             seq = _U64.unpack_from(data, offset)[0]
             now_ns = time.monotonic_ns()
-            read_seq, owner, _, wait, hold, acq, convoy, long_waits, wait_start, acquired = _SLOT_HEAD.unpack_from(data, offset)
+            read_seq, owner, flags, wait, hold, acq, convoy, long_waits, wait_start, acquired = _SLOT_HEAD.unpack_from(data, offset)
             if read_seq == seq:
                 break
         else:
@@ -480,11 +482,8 @@ class Ring:
             if acquired > until_ns or wait_start > until_ns:
                 raise EndPassed(f"slot {index}: a GIL hand-off at {max(acquired, wait_start)} after {until_ns}")
             now_ns = until_ns
-        if wait_start and now_ns > wait_start:  # _closed(), inlined: this runs twice per span
-            wait += now_ns - wait_start
-        if acquired and now_ns > acquired:
-            hold += now_ns - acquired
-        return now_ns, _new_tuple(Counters, (wait, hold, acq, convoy, long_waits))
+        return now_ns, _closed(wait, hold, acq, convoy, long_waits, 0 if flags & SLOT_UNCHECKED else wait_start,
+                               acquired, now_ns)
 
     def slot(self, index: int) -> Slot:
         return self._slots[index]

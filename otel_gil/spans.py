@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import sys
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.trace import SpanKind, format_span_id
+from opentelemetry.trace import propagation as trace_propagation
 
 from otel_gil import blame as blamelib
 from otel_gil import ring as ringlib
@@ -45,16 +47,50 @@ CROSS_THREAD = "cross_thread"
 COLLECTOR_CHANGED = "collector_changed"
 INCONSISTENT = "inconsistent"  # figures that broke an invariant: dropped, never exported
 END_PASSED = "end_time_passed"  # ended at an explicit time the thread's slot has moved past
+SHARED_THREAD = "shared_thread"  # the span's thread ran other contexts' code where no hook could see it
+UNTRACKED = "untracked"  # uninstrumented while its code ran among other contexts' or on other threads
 CLOCK_SLACK_NS = 50_000  # wait + hold may pass the duration by the clocks' reads around a span
 _local = threading.local()
 
 
+class Own(NamedTuple):
+    """What a span's own code did on the GIL, where the C hooks track contexts
+    (``context_switches.c``, ``Start.own``): charged at every switch of context on each
+    thread it ran on, a child span's charges included.
+
+    On its home thread (where it started): the GIL it held and took. On other threads
+    (workers running its context): its waits, holds, acquisitions and convoy waits, and on
+    how many threads (-1: more than 8). ``switched``: its home thread switched contexts while
+    it ran (it is shared: an event loop, a greenlet hub). ``unseen``: a switch no hook saw
+    changed whose code ran on a thread it ran on; ``broken``: a thread's counters went back
+    between two charges; ``untracked``: otel-gil was uninstrumented for a while since it
+    started. Each makes its own figures unknown (where other contexts' code, or its own
+    elsewhere, were in play).
+    """
+
+    hold_home: int
+    acquisitions_home: int
+    wait_else: int
+    hold_else: int
+    acquisitions_else: int
+    convoy_else: int
+    threads_else: int
+    switched: bool
+    unseen: bool
+    broken: bool
+    untracked: bool
+
+
 class _Start:
-    """What a span needs at its end: where it started and the counters then."""
+    """What a span needs at its end: where it started and the counters then (the Python hooks';
+    ``shared``: the thread is shared by contexts these hooks cannot tell apart)."""
 
-    __slots__ = ("registration", "ring", "generation", "tid", "mono_ns", "wall_ns", "counters", "status", "metrics")
+    __slots__ = ("registration", "ring", "generation", "tid", "mono_ns", "wall_ns", "counters", "status", "metrics",
+                 "shared")
+    own = None  # contexts are tracked by the C hooks only
 
-    def __init__(self, registration, ring, generation, tid, mono_ns, wall_ns, counters, status, metrics=None) -> None:
+    def __init__(self, registration, ring, generation, tid, mono_ns, wall_ns, counters, status, metrics=None,
+                 shared=False) -> None:
         self.registration = registration
         self.ring = ring
         self.generation = generation
@@ -64,6 +100,17 @@ class _Start:
         self.counters = counters
         self.status = status
         self.metrics = metrics
+        self.shared = shared
+
+
+def shared_thread() -> bool:
+    """This thread runs many contexts' code in turn, which the Python hooks cannot tell apart:
+    an asyncio loop runs here, or this is a greenlet other than the thread's main one."""
+    events = sys.modules.get("asyncio.events")
+    if events is not None and events._get_running_loop() is not None:
+        return True
+    greenlet = sys.modules.get("greenlet")
+    return greenlet is not None and getattr(greenlet.getcurrent(), "parent", None) is not None
 
 
 def _thread_tid(generation: int) -> list:
@@ -98,7 +145,8 @@ def snapshot(registration: Backend, metrics: Optional[GilMetrics] = None) -> _St
         now, wall = time.monotonic_ns(), time.time_ns()
         return _Start(registration, None, generation, cache[1], now, wall, ringlib.ZERO, status, metrics)
     now, counters = _read(ring, cache)
-    return _Start(registration, ring, generation, cache[1], now, time.time_ns(), counters, status, metrics)
+    return _Start(registration, ring, generation, cache[1], now, time.time_ns(), counters, status, metrics,
+                  shared_thread())
 
 
 def _last_wait_end(ring: ringlib.Ring, index: int, counters: ringlib.Counters) -> int:
@@ -108,11 +156,13 @@ def _last_wait_end(ring: ringlib.Ring, index: int, counters: ringlib.Counters) -
     return ring.slot(index).ring[(counters.long_waits - 1) % ringlib.RING_LEN].end_ns
 
 
-def blocker_spans(wall_minus_mono: int) -> Optional[Callable[[int, int], Optional[tuple[str, str]]]]:
-    """``span_of(tid, since_mono_ns)``: (name, span id) of the span thread ``tid`` is in now,
-    if that span began by ``since_mono_ns`` (so the thread held the GIL inside it); None
-    where the threads' OpenTelemetry contexts cannot be read (no C extension, another
-    runtime context). Rare path: spans with long waits only."""
+def blocker_spans(wall_minus_mono: int) -> Optional[Callable[[int, int, int], Optional[tuple[str, str]]]]:
+    """``span_of(tid, start_ns, end_ns)``: (name, span id) of the span whose code thread ``tid``
+    ran within that stretch (monotonic ns): on a thread whose contexts switch (an event loop,
+    a greenlet hub), the one that ran longest there, from the thread's switch log; on any other,
+    the span it is in now if that began by ``start_ns``. None where the threads' OpenTelemetry
+    contexts cannot be read (no C extension, another runtime context). Rare path: spans with
+    long waits only."""
     var = getattr(getattr(otel_context, "_RUNTIME_CONTEXT", None), "_current_context", None)
     if _fastspan is None or not isinstance(var, contextvars.ContextVar):
         return None
@@ -125,10 +175,13 @@ def blocker_spans(wall_minus_mono: int) -> Optional[Callable[[int, int], Optiona
             if span.is_recording():
                 spans[native[ident]] = span
 
-    def span_of(tid: int, since_mono_ns: int) -> Optional[tuple[str, str]]:
+    def span_of(tid: int, start_ns: int, end_ns: int) -> Optional[tuple[str, str]]:
+        switching = _fastspan.held_by(tid, start_ns, end_ns)
+        if switching is not None:
+            return switching or None
         span = spans.get(tid)
         start = getattr(span, "start_time", None)
-        if start is None or start > since_mono_ns + wall_minus_mono:
+        if start is None or start > start_ns + wall_minus_mono:
             return None
         return span.name, format_span_id(span.get_span_context().span_id)
 
@@ -163,6 +216,10 @@ def figures(
         attrs["gil.status"] = reg.status if reg.status != REGISTERED else COLLECTOR_CHANGED
         return attrs, [], end_time or time.time_ns()
     until = None if end_time is None else start.mono_ns + max(end_time - start.wall_ns, 0)
+    own = None if start.own is None else Own(*start.own)
+    if until is not None and own is not None and (own.switched or own.threads_else) and until + CLOCK_SLACK_NS < time.monotonic_ns():
+        attrs["gil.status"] = END_PASSED  # its code was charged up to now, past its end
+        return attrs, [], end_time
     try:
         now, end = _read(ring, cache, until)
     except ringlib.EndPassed:  # ended at an explicit time, and the GIL changed hands since: unknown then
@@ -212,9 +269,55 @@ def figures(
         if start.metrics is not None:
             start.metrics.count_unlocated(blamelib.unlocated(blames))
     duration = max(span_end_ns - span_start_ns, now - start.mono_ns, 1)
-    if min(wait, hold, acquisitions, convoy) < 0 or wait + hold > duration + CLOCK_SLACK_NS:
+    shown = own_figures(wait, hold, acquisitions, convoy, own, getattr(start, "shared", False), duration)
+    if shown is None:
         return _dropped(start, attrs), [], span_end_ns
-    attrs.update(
+    attrs.update(shown)
+    return attrs, events, span_end_ns
+
+
+def own_figures(wait: int, hold: int, acquisitions: int, convoy: int, own: Optional[Own], shared: bool,
+                duration: int) -> Optional[dict]:
+    """A span's ``gil.*`` figures from its home thread's deltas over its lifetime and, where
+    the C hooks track contexts, what its own code did (``_fastspan.c``'s fast_figures is the
+    same in C); None where they break an invariant (the span's figures are then dropped).
+
+    - ``gil.hold_ms``: held by the span's own code. On a thread no other context ran on
+      while the span did, the thread's hold; on a shared one, the charges of its own code.
+      Plus its code's holds on other threads.
+    - ``gil.wait_ms``: what held it up: its thread's waits while it was in flight (on an
+      event loop, the loop could run none of its tasks), plus its code's waits elsewhere.
+    - ``gil.others_hold_ms`` (shared threads): its thread held the GIL for other contexts'
+      code (other requests, the loop's own work) while it was in flight.
+
+    Invariants, per thread: on the home thread wait + held (own and others') <= duration,
+    own <= held; on other threads, their waits and holds <= duration x those threads.
+    So wait + hold <= duration x (1 + threads elsewhere), and so do the ratios.
+    """
+    if min(wait, hold, acquisitions, convoy) < 0 or wait + hold > duration + CLOCK_SLACK_NS:
+        return None
+    if own is not None and own.broken:
+        return None
+    if own is not None and own.untracked and (own.switched or own.threads_else):
+        return {"gil.status": UNTRACKED}
+    if shared or (own is not None and own.unseen):
+        # Other contexts' code ran here unseen: no hold is this span's for sure. The waits are the thread's.
+        return {"gil.status": SHARED_THREAD, "gil.wait_ms": wait / 1e6, "gil.wait_ratio": wait / duration,
+                "gil.convoy_waits": convoy}
+    shown = {}
+    if own is not None:
+        if own.switched:
+            if own.hold_home > hold:
+                return None
+            shown["gil.others_hold_ms"] = (hold - own.hold_home) / 1e6
+            hold, acquisitions = own.hold_home, own.acquisitions_home
+        if own.threads_else >= 0 and own.wait_else + own.hold_else > duration * own.threads_else + CLOCK_SLACK_NS:
+            return None
+        wait += own.wait_else
+        hold += own.hold_else
+        acquisitions += own.acquisitions_else
+        convoy += own.convoy_else
+    shown.update(
         {
             "gil.wait_ms": wait / 1e6,  # not rounded: round() costs more than the rest of the figures
             "gil.hold_ms": hold / 1e6,
@@ -224,7 +327,7 @@ def figures(
             "gil.convoy_waits": convoy,
         }
     )
-    return attrs, events, span_end_ns
+    return shown
 
 
 def _dropped(start: _Start, attrs: dict) -> dict:
@@ -304,16 +407,37 @@ def wrap_span(processor: GilSpanProcessor) -> None:
         Span.start = processor._hooks.start_method(Span.__dict__["start"], processor._scope)
     if processor._hooks is not None:
         Span.end = processor._hooks.end_method(Span.__dict__["end"])
+        _track_contexts(processor._hooks)
     else:
         wrapt.wrap_function_wrapper(Span, "end", end_wrapper)
 
 
 def unwrap_span() -> None:
     """Undo :func:`wrap_span`."""
+    if _fastspan is not None:
+        _fastspan.untrack_contexts()
     for name in ("start", "end"):
         method = Span.__dict__[name]
         if hasattr(method, "__wrapped__"):
             setattr(Span, name, method.__wrapped__)
+
+
+def _track_contexts(hooks) -> None:
+    """The C hooks charge each span its own code's GIL time at every switch of context
+    (``context_switches.c``). Where they cannot (OpenTelemetry keeps its context elsewhere
+    than a ContextVar, or this interpreter's context watchers are all taken), every span goes
+    through the Python hooks, which say ``gil.status=shared_thread`` on shared threads."""
+    var = getattr(getattr(otel_context, "_RUNTIME_CONTEXT", None), "_current_context", None)
+    key = getattr(trace_propagation, "_SPAN_KEY", None)
+    if not isinstance(var, contextvars.ContextVar) or not isinstance(key, str):
+        log.warning("otel-gil: OpenTelemetry's current context is not kept in a ContextVar here: figures on "
+                    "event loops and greenlets say gil.status=shared_thread")
+        return
+    try:
+        _fastspan.track_contexts(hooks, var, key)
+    except Exception as exc:
+        log.warning("otel-gil: context switches cannot be followed (%s): figures on event loops and greenlets "
+                    "say gil.status=shared_thread", exc)
 
 
 def end_wrapper(wrapped, instance: Span, args, kwargs):

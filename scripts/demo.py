@@ -1,8 +1,10 @@
 """The demo: Jaeger (tail-sampling as the compose stack does), Prometheus (with examples/alerts),
 the collector and the Flask example under opentelemetry-instrument (its metrics thread hogging
 the GIL), some load, then the slowest spans as Jaeger has them: duration, GIL wait, GIL hold,
-and who held the GIL meanwhile; the slowest span's waits, each with the thread and the code that held the
-GIL; the URL of the slowest trace in Jaeger's UI, and the alert's state.
+and who held the GIL meanwhile; the slowest span's waits, each with the thread and the code that
+held the GIL; the URL of the slowest trace in Jaeger's UI, and the alert's state. Then the async
+example (FastAPI on uvicorn, the same hog) with 20 requests in flight on its loop: each
+span's own hold beside the loop's time on the other requests and the wait.
 
     make demo                                      (or, as root: .venv/bin/python scripts/demo.py)
     .venv/bin/python scripts/demo.py --keep        (as root; keep the stack up, and the load on, until Enter:
@@ -27,6 +29,8 @@ import stack  # noqa: E402
 
 SERVICE = "flask-gil-demo"
 ROUTES = "/io,/cpu,/slow_c"
+ASYNC_SERVICE = "fastapi-gil-demo"
+ASYNC_ROUTES = "/io,/cpu,/cpu_def,/fanout"
 RULES = ROOT / "examples" / "alerts" / "gil-rules.yml"
 
 
@@ -58,6 +62,19 @@ def table(spans: list[dict], rows: int) -> str:
     return "\n".join(lines)
 
 
+def async_table(spans: list[dict], rows: int) -> str:
+    """The async example's slowest requests: its own hold, the loop's on the others meanwhile, the wait."""
+    lines = [f"{'span':<13} {'duration':>9} {'own hold':>9} {'others on its loop':>19} {'GIL wait':>9} {'wait %':>7}"]
+    measured = [s for s in spans if "gil.hold_ms" in s["tags"]]  # (not the first ones while registering)
+    for s in sorted(measured, key=lambda s: s["duration"], reverse=True)[:rows]:
+        t = s["tags"]
+        lines.append(
+            f"{s['operationName']:<13} {s['duration'] / 1e3:>7.1f}ms {t['gil.hold_ms']:>7.1f}ms "
+            f"{t.get('gil.others_hold_ms', 0):>17.1f}ms {t['gil.wait_ms']:>7.1f}ms {100 * t['gil.wait_ratio']:>6.1f}%"
+        )
+    return "\n".join(lines)
+
+
 def waits(span: dict) -> str:
     """The span's gil.wait events, one a line: when, how long, who held the GIL and in which code."""
     lines = [f"the slowest span's waits for the GIL ({span['operationName']}, {span['duration'] / 1e3:.1f}ms; "
@@ -74,9 +91,9 @@ def waits(span: dict) -> str:
     return "\n".join(lines)
 
 
-def load(url: str, requests: int, max_seconds: int = 120) -> list[str]:
-    return [sys.executable, str(ROOT / "examples" / "load.py"), "--url", url, "--routes", ROUTES,
-            "--requests", str(requests), "--concurrency", "4", "--max-seconds", str(max_seconds)]
+def load(url: str, requests: int, max_seconds: int = 120, routes: str = ROUTES, concurrency: int = 4) -> list[str]:
+    return [sys.executable, str(ROOT / "examples" / "load.py"), "--url", url, "--routes", routes,
+            "--requests", str(requests), "--concurrency", str(concurrency), "--max-seconds", str(max_seconds)]
 
 
 def trace_link(spans: list[dict]) -> str:
@@ -138,6 +155,15 @@ def main() -> int:
         print(table(spans, args.rows))
         print(f"\n{waits(max(spans, key=lambda s: s['duration']))}")
         print(f"\n{trace_link(spans)}\n{alert_status()}")
+        print("\nthe async example (FastAPI on uvicorn's loop, the same hog), 20 requests in flight...", flush=True)
+        async_app = stack.start_app("fastapi", "uvicorn", 18081, ASYNC_SERVICE, collector.address, work / "async.log")
+        started.append(async_app)
+        subprocess.run(load(async_app.address, requests, routes=ASYNC_ROUTES, concurrency=20), check=True)
+        stack.wait_for_spans(ASYNC_SERVICE, "GET /io", requests // 4)
+        async_spans = [s for s in stack.jaeger_spans(ASYNC_SERVICE) if s["tags"].get("span.kind") == "server"]
+        print(f"\nslowest of {len(async_spans)} server spans on one event loop: each request's own hold, the loop's "
+              "on the others while it was in flight, and its wait:\n")
+        print(async_table(async_spans, args.rows))
         if args.keep:
             with subprocess.Popen(load(app.address, 10**7, 3600), stdout=subprocess.DEVNULL) as background:
                 input("\nthe load goes on; press Enter to stop everything. ")

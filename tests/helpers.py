@@ -214,6 +214,63 @@ def check_hog_ground_truth(report: dict) -> None:
 LOCATED = 0.9  # of the long waits a known holder caused, at least this share name its code
 
 
+def _overlap(a: tuple[int, int], b: tuple[int, int]) -> int:
+    return max(0, min(a[1], b[1]) - max(a[0], b[0]))
+
+
+def check_cpu_bound(hold_ms: dict, cpu_ns: dict) -> None:
+    """A request holds the GIL at least for its own code's CPU time (tests/workloads/own_time.py):
+    in 95 % of them, less 5 % or 0.5 ms."""
+    under = [(hold_ms[k], cpu_ns[k] / 1e6) for k in hold_ms if hold_ms[k] < cpu_ns[k] / 1e6 - max(0.05 * cpu_ns[k] / 1e6, 0.5)]
+    assert len(under) <= 0.05 * len(hold_ms), f"{len(under)} of {len(hold_ms)} hold less than their CPU time: {under[:10]}"
+
+
+def check_tasks_ground_truth(report: dict) -> None:
+    """The tasks scenario (tests/workloads/scenarios.py) against its truth: each request's and
+    child's own hold (5 % or 0.5 ms, in 95 % of them), their sum within the loop thread's hold,
+    each request's wait as the hog's holds in its lifetime (10 % or 0.5 ms: what held the loop
+    up), and a thread's waits on the loop blamed on a request whose code ran meanwhile."""
+    truth, spans = report["truth"], report["spans"]
+    assert all(s["attributes"].get("gil.status") is None for s in spans), [s for s in spans if "gil.status" in s["attributes"]]
+    for prefix, own in (("request-", truth["own_ns"]), ("child-", truth["child_ns"])):
+        named = [s for s in spans if s["name"].startswith(prefix)]
+        assert len(named) == len(own), (prefix, len(named), len(own))
+        off = [(s["attributes"]["gil.hold_ms"], own[s["span_id"]] / 1e6) for s in named
+               if not within(s["attributes"]["gil.hold_ms"], own[s["span_id"]] / 1e6)]
+        assert len(off) <= 0.05 * len(named), f"{prefix}*: {len(off)} of {len(named)} off their truth (measured, truth): {off}"
+    requests = [s for s in spans if s["name"].startswith("request-")]
+    check_cpu_bound({s["span_id"]: s["attributes"]["gil.hold_ms"] for s in requests}, truth["cpu_ns"])
+    assert all("gil.others_hold_ms" in s["attributes"] for s in requests), requests[0]
+    held = sum(s["attributes"]["gil.hold_ms"] for s in requests)
+    assert held <= (truth["loop_hold_ns"] + truth["worker_ns"]) / 1e6 + 1, (held, truth["loop_hold_ns"], truth["worker_ns"])
+    waiting = [s for s in spans if s["name"].startswith("waiting-")]
+    off = []
+    for s in waiting:
+        lifetime = (s["start_ns"], s["start_ns"] + s["duration_ns"])
+        expected = sum(_overlap(hold, lifetime) for hold in truth["hog_ns"]) / 1e6
+        if not within(s["attributes"]["gil.wait_ms"], expected, rel=0.10):
+            off.append((s["attributes"]["gil.wait_ms"], expected))
+    assert len(off) <= 0.05 * len(waiting), f"{len(off)} of {len(waiting)} waits off the hog's holds (measured, truth): {off}"
+    # Blame: a wait the loop spent mostly in requests' code names one that ran then; a wait it
+    # spent in no request's code (between the phases, ending spans) names none.
+    events = [e for e in span(report, "victim")["events"] if e["attributes"].get("gil.blocker.thread.name") == "MainThread"]
+    busy, idle, wrong = 0, 0, []
+    for e in events:
+        wait = (e["timestamp"], e["timestamp"] + int(e["attributes"]["gil.wait_ms"] * 1e6))
+        ran = sum(_overlap(piece, wait) for pieces in truth["pieces"].values() for piece in pieces)
+        named = e["attributes"].get("gil.blocker.span_id")
+        if ran >= 0.5 * (wait[1] - wait[0]):
+            busy += 1
+            if not any(_overlap(piece, wait) for piece in truth["pieces"].get(named, ())):
+                wrong.append(e)
+        elif ran == 0:
+            idle += 1
+            if named is not None:
+                wrong.append(e)
+    assert busy >= 5, f"only {busy} waits on the loop while it ran requests: {events}"
+    assert len(wrong) <= 0.1 * (busy + idle), f"{len(wrong)} of {busy + idle} waits on the loop blamed wrongly: {wrong}"
+
+
 def check_blocker_code(report: dict, events: list[dict]) -> None:
     """Each wait the hog caused names the line of its PyDLL burst (the hold ends right after
     it returns): at least LOCATED of them, and none anything else."""

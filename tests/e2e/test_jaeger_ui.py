@@ -114,3 +114,27 @@ def test_the_waits_are_bars_in_the_trace_timeline_naming_the_hogs_code(collector
     assert float(tags["gil.wait_ms"]) == pytest.approx(bars[opened]["tags"]["gil.wait_ms"]), (tags, shot)
     assert tags.get("gil.blocker.code.function.name") in ("compute_stats", "_metrics_collector"), (tags, shot)
     assert tags.get("gil.blocker.code.file.path", "").endswith("examples/workload.py"), (tags, shot)
+
+
+def test_a_fastapi_trace_shows_its_own_hold_beside_the_loops_time_on_the_others(collector_app):
+    """The async example with 20 requests in flight on uvicorn's loop: the slowest /fanout
+    trace in Jaeger's UI, its server span's tags open: its own code's hold, the loop's hold for
+    the other requests meanwhile, and its wait, as the API has them; its parts (gather
+    children) are spans with their own holds."""
+    if stack.jaeger_ui_assets() is None:
+        pytest.fail(f"Jaeger's UI build is missing at {stack.JAEGER_UI}")
+    service = "fastapi-jaeger-ui"
+    svc = collector_app("fastapi", "uvicorn", service, hog=True)
+    drive(svc.address, "/fanout,/io,/cpu", 60, concurrency=20)
+    spans = server_spans(service, "GET /fanout", 20)
+    slowest = max(spans, key=lambda s: s["duration"])
+    parts = [s for s in stack.jaeger_spans(service) if s["traceID"] == slowest["traceID"] and
+             s["operationName"].startswith("part ")]
+    assert len(parts) == 3 and all("gil.hold_ms" in p["tags"] for p in parts), parts
+    shot = ARTIFACTS / f"jaeger-ui-async-{slowest['traceID']}.png"
+    open_fanout = OPEN_SPAN.replace("GET /io", "GET /fanout")
+    _, tables = open_trace(slowest["traceID"], shot, "true", [open_fanout, TAGS_HEADER], 1)
+    tags = dict(row for row in tables[0] if len(row) == 2)
+    for key in ("gil.hold_ms", "gil.others_hold_ms", "gil.wait_ms"):
+        assert float(tags[key]) == pytest.approx(slowest["tags"][key]), (key, tags, shot)
+    assert float(tags["gil.others_hold_ms"]) > float(tags["gil.hold_ms"]), (tags, shot)  # 19 others on its loop

@@ -5,7 +5,7 @@ found through PyEval_AcquireLock's call; Debian sid's 3.13, 3.14 and 3.15 and
 bullseye's 3.9 (glibc 2.31, whose pthread_cond_* live in libpthread.so.0), each
 in a container (pivot_root, own pid namespace) and in a plain chroot."""
 
-from helpers import check_hog_ground_truth, run_scenario, span
+from helpers import check_hog_ground_truth, check_tasks_ground_truth, run_scenario, span
 
 
 def test_hog_ground_truth(collector, backend, interpreter):
@@ -22,3 +22,11 @@ def test_inlined_releases_are_counted(collector, backend, interpreter):
     held_ms = truth["usleep_hold_ns"] / 1e6
     assert held_ms * 0.995 <= attrs["gil.hold_ms"] <= held_ms * 1.05 + 0.5, (attrs, held_ms)
     assert attrs["gil.wait_ms"] < 0.5, attrs
+
+
+def test_each_task_gets_its_own_figures(collector, backend, interpreter):
+    """Requests as asyncio tasks sharing the loop thread: their own code's hold (pieces, a PyDLL
+    hold, gather children, a to_thread worker), the loop's waits on a hog, and blame naming the
+    request the loop ran. Switches are seen through Context.run (3.9-3.13) or the context
+    watcher (3.14+)."""
+    check_tasks_ground_truth(run_scenario("tasks", collector.address, runner=interpreter, backend=backend))

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 
+from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -27,6 +28,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_gil import GilInstrumentor
+import own_time
 
 _gil_holding_libc = ctypes.PyDLL(None)  # calls keep the GIL
 IO_CALL_S = 100e-6  # convoy: one fast I/O call
@@ -353,10 +355,149 @@ def service(tracer, args) -> dict:
     return {}
 
 
+def _own_thread_counters() -> "tuple[int, int]":
+    """(wait_ns, hold_ns) of the calling thread's slot now (the thread-level figures)."""
+    ring = GilInstrumentor._backend.ring
+    tid = threading.get_native_id()
+    read = ring.read(ring.find(tid), tid)
+    return (read[1].wait_ns, read[1].hold_ns) if read else (0, 0)
+
+
+def tasks(tracer, args) -> dict:
+    """Requests as asyncio tasks, ``args.in_flight`` at a time on one loop thread, each
+    measuring its own code (the README's "Async and greenlet services"):
+
+    1. own: three pure-Python pieces (thread_time around each), a PyDLL hold (its wall
+       time), two ``gather`` children with spans of their own (a 1 ms piece each) and a
+       ``to_thread`` piece (the worker's thread_time); truth = their sum (a child's: its
+       piece). The loop thread's own hold over the phase bounds their sum.
+    2. waits: a hog thread outside any request holds the GIL through PyDLL, 3 ms at a time,
+       while the requests yield with sleep(0) (the loop always has a task ready, so it waits
+       out every hog hold): truth of a request's wait = the hog's holds inside its lifetime.
+    3. blame (with 2.): a thread outside the loop sleeps 1 ms at a time in its span, and waits
+       for the GIL on each wake-up while the loop runs requests: the request whose code the
+       loop ran during a wait is known from the requests' pieces (wall clock intervals).
+
+    own_time.py says how a piece's truth is timed.
+    """
+    import asyncio
+
+    truth: dict = {"own_ns": {}, "cpu_ns": {}, "child_ns": {}, "worker_ns": 0, "hog_ns": [], "pieces": {},
+                   "in_flight": args.in_flight}
+    hog_on = threading.Event()
+    stop = threading.Event()
+    hog_ns: list = []
+
+    class Own:
+        """The truth (own_time) of one request's code between its awaits, and of what it did
+        elsewhere or held without running (added by hand): ``ns``, and its CPU time, ``cpu_ns``."""
+
+        def __init__(self) -> None:
+            self.ns, self.cpu_ns, self.pieces = 0, 0, []
+
+        def add(self, held: own_time.Held) -> None:
+            self.ns += held.ns
+            self.cpu_ns += held.cpu_ns
+
+        def __enter__(self):  # the code from here to the next await runs in one task step
+            self.start, self.wall0 = own_time.clock(), time.time_ns()
+            return self
+
+        def __exit__(self, *exc) -> None:
+            self.add(own_time.since(self.start))
+            self.pieces.append((self.wall0, time.time_ns()))
+
+    async def request(i: int) -> None:
+        own = Own()
+        with tracer.start_as_current_span(f"request-{i}") as span:
+            for _ in range(3):
+                with own:
+                    own_time.spin(2)
+                await asyncio.sleep(0.002)
+            own.add(own_time.pydll_hold(1))
+            with own:
+                gathered = asyncio.gather(child(i, 0), child(i, 1))
+            for whole in await gathered:
+                own.add(whole)
+            with own:
+                working = asyncio.to_thread(own_time.spin, 2)
+            worker = await working
+            truth["worker_ns"] += worker.ns
+            with own:
+                own.add(worker)
+                ident = f"{span.get_span_context().span_id:016x}"
+                truth["own_ns"][ident], truth["pieces"][ident] = own.ns, own.pieces
+                truth["cpu_ns"][ident] = own.cpu_ns
+
+    async def child(i: int, n: int) -> own_time.Held:
+        """Its own span's code is its truth; all of its code (its span's start and end
+        included: they run in the request's context) goes into the request's."""
+        own, whole = Own(), Own()
+        with whole:
+            span = tracer.start_span(f"child-{i}-{n}")
+            activation = trace.use_span(span, end_on_exit=True)
+            activation.__enter__()
+            with own:
+                own_time.spin(1)
+        await asyncio.sleep(0.001)
+        with whole:
+            with own:
+                truth["child_ns"][f"{span.get_span_context().span_id:016x}"] = own.ns
+            activation.__exit__(None, None, None)
+        return own_time.Held(whole.ns, whole.cpu_ns)
+
+    async def yielding(i: int) -> None:
+        own = Own()
+        with tracer.start_as_current_span(f"waiting-{i}") as span:
+            for _ in range(10):
+                with own:
+                    own_time.spin(0.5)
+                await asyncio.sleep(0)
+            truth["pieces"][f"{span.get_span_context().span_id:016x}"] = own.pieces
+
+    def hog() -> None:
+        hog_on.wait()
+        while not stop.is_set():
+            t0 = time.time_ns()  # holds the GIL from here (time.sleep has just taken it back) ...
+            _gil_holding_libc.usleep(3000)
+            hog_ns.append((t0, time.time_ns()))  # ... to here: each hold and the Python around it
+            time.sleep(0.002)
+
+    def victim() -> None:
+        hog_on.wait()
+        with tracer.start_as_current_span("victim"):
+            while not stop.is_set():
+                time.sleep(0.001)
+
+    async def phases() -> None:
+        await asyncio.gather(*(asyncio.to_thread(time.sleep, 0.01) for _ in range(args.in_flight)))  # the workers exist
+        wait0, hold0 = _own_thread_counters()
+        await asyncio.gather(*(request(i) for i in range(args.in_flight)))
+        wait1, hold1 = _own_thread_counters()
+        truth["loop_hold_ns"] = hold1 - hold0
+        hog_on.set()
+        await asyncio.gather(*(yielding(i) for i in range(args.in_flight)))
+        stop.set()
+
+    threads = [threading.Thread(target=hog, name="gil-hog"), threading.Thread(target=victim, name="victim")]
+    for t in threads:
+        t.start()
+    try:
+        asyncio.run(phases())
+    finally:
+        stop.set()
+        hog_on.set()
+        for t in threads:
+            t.join()
+    truth["hog_ns"] = hog_ns
+    return truth
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("scenario",
-                        choices=["hog", "convoy", "requests", "switches", "syscalls", "churn", "service", "cfork"])
+                        choices=["hog", "convoy", "requests", "switches", "syscalls", "churn", "service", "cfork",
+                                 "tasks"])
     parser.add_argument("socket")
     parser.add_argument("--bursts", type=int, default=10)
     parser.add_argument("--burst-ms", type=int, default=50)
@@ -370,6 +511,7 @@ def main() -> None:
     parser.add_argument("--io-threads", type=int, default=4, help="requests: request threads")
     parser.add_argument("--requests", type=int, default=20, help="requests: per request thread")
     parser.add_argument("--spans", type=int, default=30, help="cfork: spans the child makes")
+    parser.add_argument("--in-flight", type=int, default=20, help="tasks: requests at once")
     args = parser.parse_args()
 
     provider = TracerProvider()
@@ -380,7 +522,7 @@ def main() -> None:
     )
     tracer = provider.get_tracer("scenarios")
     scenarios = {"hog": hog_and_victim, "convoy": convoy, "requests": requests, "switches": switches,
-                 "syscalls": syscalls, "churn": churn, "service": service, "cfork": cfork}
+                 "syscalls": syscalls, "churn": churn, "service": service, "cfork": cfork, "tasks": tasks}
     truth = scenarios[args.scenario](tracer, args)
     spans = finished_spans()
     source = GilInstrumentor._backend

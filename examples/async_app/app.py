@@ -1,0 +1,78 @@
+"""The async example: FastAPI on uvicorn's event loop, no otel-gil code here either
+(``opentelemetry-instrument`` adds it). Every request in flight shares the loop's one
+thread, so a request's spans carry its own code's GIL time (``gil.hold_ms``), the loop's
+time on the other requests meanwhile (``gil.others_hold_ms``) and what held it up
+(``gil.wait_ms``: the loop's waits while it was in flight, behind the ``metrics-collector``
+thread of examples/workload.py).
+
+From the repository root (see examples/README.md):
+
+    opentelemetry-instrument uvicorn --app-dir examples/async_app --port 8000 app:app
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+from fastapi import FastAPI
+from opentelemetry import trace
+from starlette.responses import PlainTextResponse
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # for examples/workload.py
+import workload  # noqa: E402
+
+app = FastAPI()
+tracer = trace.get_tracer(__name__)
+
+
+@app.middleware("http")
+async def start_the_hog(request, call_next):
+    """This process's metrics-collector thread, started on its first request."""
+    workload.ensure_hog()
+    return await call_next(request)
+
+
+@app.get("/io", response_class=PlainTextResponse)
+async def io() -> str:
+    """Ten 2 ms waits on the loop, like small queries: slow only when someone keeps the GIL."""
+    for _ in range(10):
+        await asyncio.sleep(0.002)
+    return "io done\n"
+
+
+@app.get("/cpu", response_class=PlainTextResponse)
+async def cpu() -> str:
+    """20 ms of pure Python on the loop: no other request runs meanwhile."""
+    return workload.cpu_bound()
+
+
+@app.get("/cpu_def", response_class=PlainTextResponse)
+def cpu_def() -> str:
+    """The same in a worker thread (FastAPI runs ``def`` routes there): its time is still this request's."""
+    return workload.cpu_bound()
+
+
+async def _part(n: int) -> int:
+    with tracer.start_as_current_span(f"part {n}"):
+        await asyncio.sleep(0.002)
+        return workload.compute_stats(2000)
+
+
+@app.get("/fanout", response_class=PlainTextResponse)
+async def fanout() -> str:
+    """Three parts at once (asyncio.gather), each in a span of its own."""
+    parts = await asyncio.gather(*(_part(n) for n in range(3)))
+    return f"fanout done ({len(parts)} parts)\n"
+
+
+@app.get("/slow_c", response_class=PlainTextResponse)
+async def slow_c() -> str:
+    """A 20 ms C call that keeps the GIL, on the loop: everyone waits."""
+    return workload.slow_c()
+
+
+@app.get("/health", response_class=PlainTextResponse)
+async def health() -> str:
+    return workload.health()

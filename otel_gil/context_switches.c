@@ -1,0 +1,797 @@
+/* Figures follow the context, not the thread: each span's own GIL time.
+ *
+ * On an event loop or a greenlet hub many requests share one OS thread, so a thread's
+ * slot deltas over a span's lifetime are everyone's. Every point where a thread
+ * switches from one context's code to another's is therefore a charge point: the
+ * thread's slot counters there, minus those at its previous charge point, belong to
+ * the span that ran in between (and to its ancestors: a child's own code is its
+ * parent's too). Charge points:
+ *   - a context switch, seen by
+ *       3.14+     PyContext_AddWatcher (Py_CONTEXT_SWITCHED): every Context enter and
+ *                 exit: asyncio task steps (eager ones too), uvloop's callbacks, and
+ *                 to_thread, anyio and asgiref workers;
+ *       3.9-3.13  contextvars.Context.run, replaced in the type: stdlib loops run every
+ *                 task step and callback through it (Handle._run), and so do those workers;
+ *       greenlet.settrace (per thread, set at its first span): gevent, eventlet;
+ *   - a span's start (it runs from then on) and end (what ran before it runs again).
+ * Whose code runs after a switch: the span current in the context switched to
+ * (OpenTelemetry's ContextVar), if these hooks snapshot it.
+ *
+ * Switches no hook sees (uvloop before 3.14, a C extension entering contexts,
+ * greenlets switched before their thread's trace was set) are caught where they can
+ * be: at a charge point, a context other than the one last switched to whose span is
+ * not the one running; and, before 3.14, a running loop that is not a stdlib loop.
+ * The thread is then marked for good, and every span its charges reach says
+ * gil.status=shared_thread instead of giving a hold.
+ *
+ * Everything here runs with the GIL held, per OS thread: a Charges object in the
+ * thread state's dict (gone with the thread), cached in TLS.
+ */
+#include "fastspan.h"
+
+#include <structmember.h>
+
+#define LOG_LEN 1024 /* switches a shared thread remembers, for blame (a power of 2) */
+#define MAX_DEPTH 64 /* ancestors charged at most (a cycle cannot form: parents are older) */
+
+/* The span hooks whose ring the charges are read from (a new reference), NULL: off. */
+static Hooks *tracking;
+static uint64_t epoch = 1; /* bumped as tracking stops: a span started before missed charges since */
+static PyObject *otel_var; /* OpenTelemetry's ContextVar of the current context */
+static PyObject *span_key; /* its key of the current span */
+static PyObject *s_charges_key, *s_parent, *s_context, *s_name, *s_settrace, *s_greenlet,
+	*s_asyncio_events, *s_asyncio_base_events;
+
+/* ---------------------------------------------------------------- per thread */
+
+struct switch_entry {
+	uint64_t at_ns;
+	Start *running;
+};
+
+typedef struct {
+	PyObject_HEAD
+	void *owner;          /* &here of its thread */
+	PyObject *ring;       /* the ring `last` was read from */
+	long generation;
+	unsigned long forks;
+	uint32_t tid;
+	struct counters last; /* the thread's counters at its last charge point */
+	Start *running;       /* whose code runs now; NULL: no span's */
+	PyObject *context;    /* tstate->context as of the last charge point */
+	uint64_t switches;    /* context switches seen on this thread */
+	int unseen;           /* a switch no hook saw changed whose code ran here */
+	PyObject *loop;       /* the running loop last checked (before 3.14) */
+	int loop_seen;        /* ... whose switches are seen */
+	PyObject *tracer;     /* this thread's greenlet tracer, once set */
+	struct switch_entry *log; /* who ran from when (LOG_LEN, from the thread's first switch) */
+	uint64_t logged;
+} Charges;
+
+static __thread struct {
+	PyThreadState *tstate;
+	Charges *charges;
+} here;
+
+static void Charges_dealloc(Charges *self)
+{
+	if (self->owner == (void *)&here) {
+		here.tstate = NULL;
+		here.charges = NULL;
+	}
+	Py_XDECREF(self->ring);
+	Py_XDECREF(self->running);
+	Py_XDECREF(self->context);
+	Py_XDECREF(self->loop);
+	Py_XDECREF(self->tracer);
+	if (self->log != NULL) {
+		for (int i = 0; i < LOG_LEN; i++)
+			Py_XDECREF(self->log[i].running);
+		PyMem_Free(self->log);
+	}
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject ChargesType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "otel_gil._fastspan.Charges",
+	.tp_basicsize = sizeof(Charges),
+	.tp_dealloc = (destructor)Charges_dealloc,
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "One thread's charge point: its counters then and whose code runs since.",
+};
+
+/* The calling thread's Charges (borrowed), NULL with an error if it cannot have one. */
+static Charges *charges_here(void)
+{
+	PyThreadState *ts = PyThreadState_Get();
+	if (here.tstate == ts && here.charges != NULL)
+		return here.charges;
+	PyObject *dict = PyThreadState_GetDict(); /* borrowed */
+	if (dict == NULL) {
+		PyErr_SetString(PyExc_RuntimeError, "no thread state dict");
+		return NULL;
+	}
+	PyObject *found = PyDict_GetItemWithError(dict, s_charges_key);
+	if (found == NULL && PyErr_Occurred())
+		return NULL;
+	if (found == NULL || !Py_IS_TYPE(found, &ChargesType)) {
+		Charges *made = PyObject_New(Charges, &ChargesType);
+		if (made == NULL)
+			return NULL;
+		memset((char *)made + sizeof(PyObject), 0, sizeof(Charges) - sizeof(PyObject));
+		made->owner = (void *)&here;
+		int failed = PyDict_SetItem(dict, s_charges_key, (PyObject *)made);
+		Py_DECREF(made); /* the thread state's dict keeps it */
+		if (failed)
+			return NULL;
+		found = (PyObject *)made;
+	}
+	here.tstate = ts;
+	here.charges = (Charges *)found;
+	return here.charges;
+}
+
+/* ---------------------------------------------------------------- charging */
+
+static void add(Start *a, const struct counters *d, uint32_t tid, int unseen)
+{
+	struct own *o = &a->own;
+	if (unseen)
+		o->flags |= OWN_UNSEEN;
+	if (tid == a->home_tid) {
+		o->hold_home += d->hold_ns;
+		o->acquisitions_home += d->acquisitions;
+		return;
+	}
+	o->wait_else += d->wait_ns;
+	o->hold_else += d->hold_ns;
+	o->acquisitions_else += d->acquisitions;
+	o->convoy_else += d->convoy_waits;
+	if (!(d->wait_ns || d->hold_ns) || o->threads_else == OWN_MANY)
+		return;
+	for (uint32_t i = 0; i < o->threads_else; i++)
+		if (o->tids_else[i] == tid)
+			return;
+	if (o->threads_else == OWN_TIDS)
+		o->threads_else = OWN_MANY;
+	else
+		o->tids_else[o->threads_else++] = tid;
+}
+
+static void flag_chain(Start *a, uint32_t flag)
+{
+	for (int depth = 0; a != NULL && depth < MAX_DEPTH; a = a->parent, depth++)
+		a->own.flags |= flag;
+}
+
+/* Charge the thread's counters since its last charge point (`c`, now) to the span
+ * running there and its ancestors. */
+static void charge(Charges *tc, const struct counters *c)
+{
+	const struct counters *l = &tc->last;
+	if (c->wait_ns < l->wait_ns || c->hold_ns < l->hold_ns || c->acquisitions < l->acquisitions ||
+	    c->convoy_waits < l->convoy_waits) {
+		flag_chain(tc->running, OWN_BROKEN);
+	} else if (tc->running != NULL) {
+		struct counters d = {c->wait_ns - l->wait_ns, c->hold_ns - l->hold_ns, c->acquisitions - l->acquisitions,
+				     c->convoy_waits - l->convoy_waits, 0};
+		int depth = 0;
+		for (Start *a = tc->running; a != NULL && depth < MAX_DEPTH; a = a->parent, depth++)
+			add(a, &d, tc->tid, tc->unseen);
+	}
+	tc->last = *c;
+}
+
+/* Whether `c`, the calling thread's counters just read from the tracked ring, continue
+ * its last charge point's (1), or the ring is new to this thread (a registration, a
+ * collector restart, a fork: nothing to charge from before) and charging starts there (2). */
+static int in_step(Charges *tc, const struct counters *c)
+{
+	Hooks *h = tracking;
+	if (tc->ring == h->ring && tc->generation == h->generation && tc->forks == forks)
+		return 1;
+	Py_INCREF(h->ring);
+	Py_XSETREF(tc->ring, h->ring);
+	tc->generation = h->generation;
+	tc->forks = forks;
+	tc->tid = (uint32_t)tls.tid;
+	tc->last = *c;
+	tc->unseen = 0; /* a new ring: a thread that still runs unseen switches is caught again (check_loop, check_unseen) */
+	Py_CLEAR(tc->loop);
+	return 2;
+}
+
+/* The calling thread's counters now and in_step()'s answer, or 0 where there is no ring to read. */
+static int counters_now(Charges *tc, struct counters *c, uint64_t *now)
+{
+	Hooks *h = tracking;
+	if (h == NULL || h->ring == NULL || h->base == NULL)
+		return 0;
+	thread_for(h->registration, h->generation);
+	*now = clock_ns(CLOCK_MONOTONIC);
+	read_counters(h->base, h->nslots, *now, c);
+	return in_step(tc, c);
+}
+
+/* `next` (a reference stolen, or NULL) runs on this thread from `now` on. */
+static void run(Charges *tc, Start *next, uint64_t now)
+{
+	Start *old = tc->running;
+	tc->running = next;
+	if (tc->log != NULL) {
+		struct switch_entry *e = &tc->log[tc->logged++ & (LOG_LEN - 1)];
+		e->at_ns = now;
+		Py_XINCREF(next);
+		Py_XSETREF(e->running, next);
+	}
+	Py_XDECREF(old);
+}
+
+static void believe(Charges *tc)
+{
+	PyObject *ctx = PyThreadState_Get()->context;
+	if (ctx != tc->context) {
+		Py_XINCREF(ctx);
+		Py_XSETREF(tc->context, ctx);
+	}
+}
+
+/* The tracked Start of the span current in this thread's context (a new reference), or NULL. */
+static Start *current_start(void)
+{
+	PyObject *octx = NULL;
+	if (otel_var == NULL || PyContextVar_Get(otel_var, NULL, &octx) < 0 || octx == NULL) {
+		PyErr_Clear();
+		return NULL;
+	}
+	PyObject *span = PyDict_Check(octx) ? PyDict_GetItemWithError(octx, span_key) : NULL;
+	Py_XINCREF(span);
+	Py_DECREF(octx);
+	Start *start = NULL;
+	if (span != NULL) {
+		PyObject *found = lookup(span, s_start_attr);
+		if (found != NULL && Py_IS_TYPE(found, &StartType) && ((Start *)found)->tracked)
+			start = (Start *)found;
+		else
+			Py_XDECREF(found);
+		Py_DECREF(span);
+	}
+	PyErr_Clear();
+	return start;
+}
+
+/* At a span's start or end: a context entered behind the hooks' back, whose code is not
+ * the running span's, means the charges since went to the wrong span. */
+static void check_unseen(Charges *tc)
+{
+	PyObject *ctx = PyThreadState_Get()->context;
+	if (tc->context == NULL || ctx == NULL || ctx == tc->context)
+		return;
+	Start *there = current_start();
+	if (there != tc->running) {
+		tc->unseen = 1;
+		flag_chain(tc->running, OWN_UNSEEN);
+		flag_chain(there, OWN_UNSEEN);
+	}
+	Py_XDECREF(there);
+}
+
+/* A switch seen by a hook: charge what ran, then whose code runs in the context now current. */
+static void switched(Charges *tc, Start *next /* stolen; NULL: look it up */, int look_up)
+{
+	struct counters c;
+	uint64_t now = 0;
+	if (counters_now(tc, &c, &now) == 1)
+		charge(tc, &c);
+	if (now == 0)
+		now = clock_ns(CLOCK_MONOTONIC);
+	if (tc->log == NULL && (tc->log = PyMem_Calloc(LOG_LEN, sizeof(struct switch_entry))) == NULL)
+		PyErr_Clear(); /* no blame by request on this thread, figures unaffected */
+	run(tc, look_up ? current_start() : next, now);
+	tc->switches++;
+	believe(tc);
+}
+
+/* ---------------------------------------------------------------- loops and greenlets */
+
+#if PY_VERSION_HEX < 0x030E0000
+/* Before 3.14 only stdlib loops switch through Context.run: a span on a thread running
+ * any other loop (uvloop) cannot be told from its neighbours'. */
+static PyObject *get_running_loop, *base_loop; /* asyncio's, once it is loaded */
+
+static void check_loop(Charges *tc)
+{
+	if (get_running_loop == NULL) {
+		PyObject *events = PyImport_GetModule(s_asyncio_events), *base = PyImport_GetModule(s_asyncio_base_events);
+		if (events != NULL && base != NULL) {
+			get_running_loop = PyObject_GetAttrString(events, "_get_running_loop");
+			base_loop = PyObject_GetAttrString(base, "BaseEventLoop");
+			if (get_running_loop == NULL || base_loop == NULL)
+				Py_CLEAR(get_running_loop);
+		}
+		Py_XDECREF(events);
+		Py_XDECREF(base);
+		PyErr_Clear();
+		if (get_running_loop == NULL)
+			return;
+	}
+	PyObject *loop = PyObject_CallNoArgs(get_running_loop);
+	if (loop == NULL || loop == Py_None) {
+		Py_XDECREF(loop);
+		PyErr_Clear();
+		return;
+	}
+	if (loop != tc->loop) {
+		tc->loop_seen = PyObject_IsInstance(loop, base_loop) == 1;
+		PyErr_Clear();
+		Py_XSETREF(tc->loop, loop);
+	} else {
+		Py_DECREF(loop);
+	}
+	if (!tc->loop_seen && !tc->unseen) {
+		tc->unseen = 1;
+		flag_chain(tc->running, OWN_UNSEEN);
+	}
+}
+#endif
+
+/* greenlet.settrace's callback for one thread: each switch is a charge point, then the
+ * previous tracer (the app's), if any. */
+typedef struct {
+	PyObject_HEAD
+	vectorcallfunc vectorcall;
+	PyObject *previous;
+} Tracer;
+
+static PyObject *Tracer_vectorcall(Tracer *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+	if (tracking != NULL) {
+		Charges *tc = charges_here();
+		if (tc != NULL)
+			switched(tc, NULL, 1);
+		PyErr_Clear(); /* a tracer error would turn the switch into a throw */
+	}
+	if (self->previous != NULL)
+		return PyObject_Vectorcall(self->previous, args, nargsf, kwnames);
+	Py_RETURN_NONE;
+}
+
+static void Tracer_dealloc(Tracer *self)
+{
+	Py_XDECREF(self->previous);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject TracerType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "otel_gil._fastspan.GreenletTracer",
+	.tp_basicsize = sizeof(Tracer),
+	.tp_dealloc = (destructor)Tracer_dealloc,
+	.tp_vectorcall_offset = offsetof(Tracer, vectorcall),
+	.tp_call = PyVectorcall_Call,
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+	.tp_doc = "greenlet.settrace callback: every greenlet switch is a charge point (then the previous tracer).",
+};
+
+/* Trace this thread's greenlet switches, once greenlet is loaded. */
+static void trace_greenlets(Charges *tc)
+{
+	PyObject *greenlet = PyImport_GetModule(s_greenlet);
+	if (greenlet == NULL) {
+		PyErr_Clear();
+		return;
+	}
+	Tracer *tracer = PyObject_New(Tracer, &TracerType);
+	if (tracer != NULL) {
+		tracer->vectorcall = (vectorcallfunc)Tracer_vectorcall;
+		tracer->previous = NULL;
+		PyObject *previous = PyObject_CallMethodOneArg(greenlet, s_settrace, (PyObject *)tracer);
+		if (previous != NULL && previous != Py_None && !Py_IS_TYPE(previous, &TracerType))
+			tracer->previous = previous;
+		else
+			Py_XDECREF(previous);
+		if (previous != NULL)
+			tc->tracer = (PyObject *)tracer;
+		else
+			Py_DECREF(tracer);
+	}
+	Py_DECREF(greenlet);
+	PyErr_Clear();
+}
+
+/* ---------------------------------------------------------------- span start and end */
+
+static uint64_t span_id_of(PyObject *span_context)
+{
+	if (span_context == NULL || !PyTuple_Check(span_context) || PyTuple_GET_SIZE(span_context) < 3)
+		return 0;
+	uint64_t id = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(span_context, 1));
+	if (PyErr_Occurred()) {
+		PyErr_Clear();
+		return 0;
+	}
+	return id;
+}
+
+/* The tracked Start of the span's local parent (a new reference), or NULL. */
+static Start *parent_of(Charges *tc, PyObject *span)
+{
+	PyObject *parent = lookup(span, s_parent);
+	uint64_t id = span_id_of(parent);
+	int remote = id && PyObject_IsTrue(PyTuple_GET_ITEM(parent, 2)) == 1;
+	Py_XDECREF(parent);
+	PyErr_Clear();
+	if (!id || remote)
+		return NULL;
+	int depth = 0;
+	for (Start *a = tc->running; a != NULL && depth < MAX_DEPTH; a = a->parent, depth++)
+		if (a->span_id == id) {
+			Py_INCREF(a);
+			return a;
+		}
+	Start *current = current_start();
+	if (current != NULL && current->span_id == id)
+		return current;
+	Py_XDECREF(current);
+	return NULL;
+}
+
+/* Whether the switch hooks charge these hooks' spans. */
+int tracking_contexts(Hooks *hooks)
+{
+	return tracking == hooks;
+}
+
+/* Whether contexts were tracked from this span's start on (else charges of its code are missing). */
+int tracked_throughout(const Start *start)
+{
+	return start->tracked && start->epoch == epoch;
+}
+
+/* A span started on this thread (its counters in start->counters, read just now): charge
+ * what ran until now, then its code runs. Nothing when the hooks do not track contexts. */
+void context_start(Hooks *hooks, Start *start, PyObject *span)
+{
+	if (tracking != hooks)
+		return;
+	Charges *tc = charges_here();
+	if (tc == NULL) {
+		PyErr_Clear();
+		return;
+	}
+	if (tc->tracer == NULL)
+		trace_greenlets(tc);
+#if PY_VERSION_HEX < 0x030E0000
+	check_loop(tc);
+#endif
+	if (hooks->ring != start->ring)
+		return;
+	if (in_step(tc, &start->counters) == 1) {
+		check_unseen(tc);
+		charge(tc, &start->counters);
+	}
+	PyObject *ctx = lookup(span, s_context), *name = lookup(span, s_name);
+	start->span_id = span_id_of(ctx);
+	start->name = name;
+	Py_XDECREF(ctx);
+	PyErr_Clear();
+	start->parent = parent_of(tc, span);
+	start->home_tid = tc->tid;
+	start->switches = tc->switches;
+	start->epoch = epoch;
+	Py_XINCREF(tc->running);
+	start->prev_running = tc->running;
+	start->tracked = 1;
+	Py_INCREF(start);
+	run(tc, start, (uint64_t)start->mono_ns);
+	believe(tc);
+}
+
+/* A tracked span ends on this thread: charge what ran until now, then what ran before
+ * it runs again. Before its figures are read (they are at or after this instant). */
+void context_end(Start *start, PyObject *span)
+{
+	PyObject *name = lookup(span, s_name); /* blame names it as it ends (a server span gets its route late) */
+	if (name != NULL && name != start->name)
+		Py_XSETREF(start->name, name);
+	else
+		Py_XDECREF(name);
+	PyErr_Clear();
+	Charges *tc = charges_here();
+	if (tc == NULL) {
+		PyErr_Clear();
+		Py_CLEAR(start->prev_running);
+		return;
+	}
+	struct counters c;
+	uint64_t now = 0;
+	if (counters_now(tc, &c, &now) == 1) {
+		check_unseen(tc);
+		charge(tc, &c);
+	}
+	if (tc->running == start) {
+		Start *prev = start->prev_running;
+		start->prev_running = NULL;
+		run(tc, prev, now ? now : clock_ns(CLOCK_MONOTONIC));
+	} else {
+		Py_CLEAR(start->prev_running);
+	}
+	believe(tc);
+	if (tc->tid == start->home_tid) {
+		start->switched = tc->switches != start->switches;
+		if (tc->unseen)
+			start->own.flags |= OWN_UNSEEN;
+	}
+}
+
+/* ---------------------------------------------------------------- the switch hooks */
+
+#if PY_VERSION_HEX < 0x030E0000
+/* contextvars.Context.run in the type's place: the same, with a charge point as the
+ * context is entered and as it is left (then what ran before runs again). */
+typedef struct {
+	PyObject_HEAD
+	vectorcallfunc vectorcall;
+	PyObject *original; /* the method it replaced */
+} ContextRun;
+
+static PyObject *ContextRun_vectorcall(ContextRun *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+	Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+	Charges *tc;
+	if (tracking == NULL || nargs < 2 || !PyContext_CheckExact(args[0]) || (tc = charges_here()) == NULL) {
+		PyErr_Clear();
+		return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+	}
+	PyObject *ctx = args[0];
+	if (PyContext_Enter(ctx))
+		return NULL;
+	Start *before = tc->running;
+	Py_XINCREF(before);
+	switched(tc, NULL, 1);
+	PyObject *result = PyObject_Vectorcall(args[1], args + 2, (size_t)(nargs - 2), kwnames);
+	if (PyContext_Exit(ctx))
+		Py_CLEAR(result);
+	PyObject *type, *value, *traceback;
+	PyErr_Fetch(&type, &value, &traceback);
+	if ((tc = charges_here()) != NULL)
+		switched(tc, before, 0);
+	else
+		Py_XDECREF(before);
+	PyErr_Clear();
+	PyErr_Restore(type, value, traceback);
+	return result;
+}
+
+static void ContextRun_dealloc(ContextRun *self)
+{
+	Py_XDECREF(self->original);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef ContextRun_members[] = {
+	{"__wrapped__", T_OBJECT, offsetof(ContextRun, original), READONLY, "the Context.run this replaced"},
+	{NULL},
+};
+
+static PyTypeObject ContextRunType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "otel_gil._fastspan.ContextRun",
+	.tp_basicsize = sizeof(ContextRun),
+	.tp_dealloc = (destructor)ContextRun_dealloc,
+	.tp_vectorcall_offset = offsetof(ContextRun, vectorcall),
+	.tp_call = PyVectorcall_Call,
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_METHOD_DESCRIPTOR | Py_TPFLAGS_HAVE_VECTORCALL,
+	.tp_doc = "run(callable, *args, **kwargs): contextvars.Context.run with a charge point on entering and "
+		  "leaving the context (otel_gil: each span's own GIL time).",
+	.tp_members = ContextRun_members,
+	.tp_descr_get = bind_method,
+};
+
+static ContextRun *context_run; /* in Context's dict while tracking */
+static PyObject *s_run;
+
+static PyObject *context_dict(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+	return PyType_GetDict(&PyContext_Type); /* static builtin types keep theirs per interpreter */
+#else
+	Py_XINCREF(PyContext_Type.tp_dict);
+	return PyContext_Type.tp_dict;
+#endif
+}
+
+static int hook_switches(void)
+{
+	if (context_run != NULL)
+		return 0;
+	PyObject *dict = context_dict();
+	PyObject *original = dict ? PyDict_GetItemWithError(dict, s_run) : NULL;
+	ContextRun *hook = original ? PyObject_New(ContextRun, &ContextRunType) : NULL;
+	int failed = hook == NULL;
+	if (!failed) {
+		hook->vectorcall = (vectorcallfunc)ContextRun_vectorcall;
+		Py_INCREF(original);
+		hook->original = original;
+		failed = PyDict_SetItem(dict, s_run, (PyObject *)hook);
+		if (failed)
+			Py_DECREF(hook);
+		else
+			context_run = hook;
+		PyType_Modified(&PyContext_Type);
+	}
+	if (failed && !PyErr_Occurred())
+		PyErr_SetString(PyExc_RuntimeError, "contextvars.Context has no run method to hook");
+	Py_XDECREF(dict);
+	return failed ? -1 : 0;
+}
+
+static void unhook_switches(void)
+{
+	if (context_run == NULL)
+		return;
+	PyObject *dict = context_dict();
+	if (dict == NULL || PyDict_SetItem(dict, s_run, context_run->original))
+		PyErr_Clear();
+	PyType_Modified(&PyContext_Type);
+	Py_XDECREF(dict);
+	Py_CLEAR(context_run); /* bound methods made from it still run the original */
+}
+#else
+static int watcher = -1;
+
+/* Every Context enter and exit: a charge point. Called with any exception of the caller set. */
+static int on_context_switched(PyContextEvent event, PyObject *ctx)
+{
+	if (event != Py_CONTEXT_SWITCHED || tracking == NULL)
+		return 0;
+	PyObject *raised = PyErr_GetRaisedException();
+	Charges *tc = charges_here();
+	if (tc != NULL)
+		switched(tc, NULL, 1);
+	PyErr_Clear();
+	PyErr_SetRaisedException(raised);
+	return 0;
+}
+
+static int hook_switches(void)
+{
+	if (watcher < 0)
+		watcher = PyContext_AddWatcher(on_context_switched);
+	return watcher < 0 ? -1 : 0;
+}
+
+static void unhook_switches(void)
+{
+	if (watcher >= 0 && PyContext_ClearWatcher(watcher) == 0)
+		watcher = -1;
+	PyErr_Clear();
+}
+#endif
+
+/* _fastspan.track_contexts(hooks, var, key): from now on the spans these hooks snapshot get
+ * their own code's figures; var: OpenTelemetry's ContextVar of the current context, key:
+ * the current span's key in it. Raises where switches cannot be hooked. */
+PyObject *contexts_track(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+	if (nargs != 3 || !PyObject_TypeCheck(args[0], &HooksType) || !PyContextVar_CheckExact(args[1]) ||
+	    !PyUnicode_Check(args[2])) {
+		PyErr_SetString(PyExc_TypeError, "track_contexts(hooks: Hooks, var: ContextVar, key: str)");
+		return NULL;
+	}
+	if (hook_switches())
+		return NULL;
+	Py_INCREF(args[0]);
+	Py_INCREF(args[1]);
+	Py_INCREF(args[2]);
+	Py_XSETREF(otel_var, args[1]);
+	Py_XSETREF(span_key, args[2]);
+	Py_XSETREF(tracking, (Hooks *)args[0]);
+	Py_RETURN_NONE;
+}
+
+/* _fastspan.untrack_contexts(): no more charge points (threads' greenlet tracers stay, idle). */
+PyObject *contexts_untrack(PyObject *module, PyObject *unused)
+{
+	if (tracking != NULL)
+		epoch++;
+	Py_CLEAR(tracking);
+	unhook_switches();
+	Py_RETURN_NONE;
+}
+
+/* The Charges of the interpreter's thread with kernel tid `tid` that logs its switches (borrowed), or NULL. */
+static Charges *switching_thread(unsigned long tid)
+{
+	PyInterpreterState *interp = PyThreadState_GetInterpreter(PyThreadState_Get());
+	for (PyThreadState *t = PyInterpreterState_ThreadHead(interp); t != NULL; t = PyThreadState_Next(t)) {
+		PyObject *found = t->dict ? PyDict_GetItemWithError(t->dict, s_charges_key) : NULL;
+		if (found == NULL)
+			PyErr_Clear();
+		else if (Py_IS_TYPE(found, &ChargesType) && ((Charges *)found)->tid == tid && ((Charges *)found)->log)
+			return (Charges *)found;
+	}
+	return NULL;
+}
+
+#define TALLY 32
+
+/* _fastspan.held_by(tid, start_ns, end_ns): on a thread whose contexts switch (an event loop, a
+ * greenlet hub), the (name, span id) of the span whose code ran there longest within
+ * [start_ns, end_ns) (monotonic), () if no span's code ran longer than no span's (the loop's
+ * own work, or before the log reaches back); None for a thread that never switched (its
+ * current span tells). For blame. */
+PyObject *contexts_held_by(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+	if (nargs != 3) {
+		PyErr_SetString(PyExc_TypeError, "held_by(tid, start_ns, end_ns)");
+		return NULL;
+	}
+	unsigned long tid = PyLong_AsUnsignedLong(args[0]);
+	uint64_t start = PyLong_AsUnsignedLongLong(args[1]), end = PyLong_AsUnsignedLongLong(args[2]);
+	if (PyErr_Occurred())
+		return NULL;
+	Charges *tc = switching_thread(tid);
+	if (tc == NULL)
+		Py_RETURN_NONE;
+	struct {
+		Start *who;
+		uint64_t ns;
+	} tally[TALLY];
+	int n = 0;
+	uint64_t nobody = 0; /* the loop's own code, and what ran before the log reaches back */
+	uint64_t oldest = tc->logged > LOG_LEN ? tc->logged - LOG_LEN : 0, until = clock_ns(CLOCK_MONOTONIC);
+	for (uint64_t i = tc->logged; i > oldest && until > start; i--) {
+		struct switch_entry *e = &tc->log[(i - 1) & (LOG_LEN - 1)];
+		uint64_t from = e->at_ns > start ? e->at_ns : start, to = until < end ? until : end;
+		until = e->at_ns;
+		if (to <= from)
+			continue;
+		if (e->running == NULL) {
+			nobody += to - from;
+			continue;
+		}
+		int k = 0;
+		while (k < n && tally[k].who != e->running)
+			k++;
+		if (k == n && n < TALLY)
+			tally[n++] = (typeof(tally[0])){e->running, 0};
+		if (k < n)
+			tally[k].ns += to - from;
+	}
+	if (until > start)
+		nobody += (until < end ? until : end) - start;
+	int best = -1;
+	for (int k = 0; k < n; k++)
+		if (tally[k].who->name != NULL && (best < 0 || tally[k].ns > tally[best].ns))
+			best = k;
+	if (best < 0 || tally[best].ns <= nobody) /* mostly no span's code: name none rather than a bystander */
+		return PyTuple_New(0);
+	char id[17];
+	PyOS_snprintf(id, sizeof(id), "%016llx", (unsigned long long)tally[best].who->span_id);
+	return Py_BuildValue("(Os)", tally[best].who->name, id);
+}
+
+int contexts_init(PyObject *module)
+{
+	struct {
+		PyObject **slot;
+		const char *text;
+	} names[] = {
+		{&s_charges_key, "otel_gil.charges"}, {&s_parent, "_parent"}, {&s_context, "_context"},
+		{&s_name, "_name"}, {&s_settrace, "settrace"}, {&s_greenlet, "greenlet"},
+		{&s_asyncio_events, "asyncio.events"}, {&s_asyncio_base_events, "asyncio.base_events"},
+#if PY_VERSION_HEX < 0x030E0000
+		{&s_run, "run"},
+#endif
+	};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)
+			return -1;
+	return PyType_Ready(&ChargesType) || PyType_Ready(&TracerType)
+#if PY_VERSION_HEX < 0x030E0000
+	       || PyType_Ready(&ContextRunType)
+#endif
+		;
+}

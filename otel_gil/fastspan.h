@@ -1,0 +1,208 @@
+/* What otel_gil._fastspan's two C files share: the span hooks (_fastspan.c) and the
+ * switch hooks that charge each context its own GIL time (context_switches.c).
+ *
+ * The slot layout is gil_layout.h (beside this file), the one the writers fill.
+ */
+#ifndef OTEL_GIL_FASTSPAN_H
+#define OTEL_GIL_FASTSPAN_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <linux/types.h> /* the __u32/__u64 of gil_layout.h */
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef Py_GIL_DISABLED
+#error "otel_gil._fastspan needs the GIL (free-threaded builds use the Python hooks)"
+#endif
+
+#include "gil_layout.h"
+
+#define HIDDEN __attribute__((visibility("hidden")))
+
+/* A thread's figures, open wait and hold closed at some instant. */
+struct counters {
+	uint64_t wait_ns, hold_ns, acquisitions, convoy_waits, long_waits;
+};
+
+/* What a span's own code did on the GIL, charged at each switch of context on every
+ * thread it ran on (context_switches.c): on its home thread (where it started), and
+ * on others (worker threads running its context). A child span's charges are its
+ * ancestors' too. */
+#define OWN_TIDS 8         /* other threads told apart; past that, threads_else is OWN_MANY */
+#define OWN_MANY UINT32_MAX
+#define OWN_UNSEEN 1       /* ran on a thread whose context switches were not all seen */
+#define OWN_BROKEN 2       /* a thread's counters went back between two charges: a charge is missing */
+struct own {
+	uint64_t hold_home, acquisitions_home;
+	uint64_t wait_else, hold_else, acquisitions_else, convoy_else;
+	uint32_t tids_else[OWN_TIDS];
+	uint32_t threads_else;
+	uint32_t flags;
+};
+
+/* What a span needs at its end; the Python hooks read the same fields from it. Also the
+ * span's accumulator of its own GIL time, linked to its parent's. */
+typedef struct Start {
+	PyObject_HEAD
+	PyObject *registration;
+	PyObject *ring;    /* the otel_gil.ring.Ring: holding it keeps the mapping alive */
+	PyObject *metrics; /* GilMetrics or None */
+	PyObject *status;
+	const char *base;  /* the mapping */
+	uint32_t nslots;
+	uint64_t long_wait_ns;
+	long generation;
+	long tid;
+	long long mono_ns, wall_ns;
+	struct counters counters; /* the home thread's, at the start */
+	/* Context mode (context_switches.c): set when the switch hooks track this span. */
+	int tracked;
+	int switched;              /* the home thread switched contexts while the span ran */
+	uint64_t switches;         /* the home thread's switch count at the start */
+	uint64_t span_id;
+	uint64_t epoch;            /* context_switches.c's tracking epoch at the start */
+	uint32_t home_tid;
+	PyObject *name;            /* the span's name, for blame on shared threads */
+	struct Start *parent;      /* the local parent span's (a new reference), NULL at a root */
+	struct Start *prev_running; /* what ran on the home thread before this span started, until it ends */
+	struct own own;
+} Start;
+
+extern HIDDEN PyTypeObject StartType;
+
+/* The span hooks' state; context_switches.c reads the ring they track. */
+typedef struct RatioCounter RatioCounter;
+typedef struct {
+	PyObject_HEAD
+	PyObject *registration;
+	PyObject *metrics;
+	PyObject *ok;          /* the status string of a registered process */
+	PyObject *py_on_start; /* spans.GilSpanProcessor's Python path: (span) -> None */
+	PyObject *py_end;      /* spans.end_wrapper: (bound Span.end, span, args, kwargs), as wrapt calls it */
+	PyObject *py_server;   /* spans.record_server_span: (start, span, wait_ratio) -> None */
+	PyObject *server_kind; /* SpanKind.SERVER: only server spans feed the metrics */
+	RatioCounter *ratios;  /* the metrics' counter, where it is this module's; else NULL: py_server counts */
+	PyObject *threading;
+	PyObject *end_time_kwnames; /* ("end_time",) */
+	PyObject *ring;        /* the ring the cached fields below describe */
+	const char *base;
+	uint32_t nslots;
+	uint64_t long_wait_ns;
+	long generation;       /* the registration's, when the ring was last looked up */
+	unsigned long seen_forks; /* forks when the backend last checked its pid */
+	int enabled;
+} Hooks;
+
+extern HIDDEN PyTypeObject HooksType;
+
+/* fork()s this process came out of (any caller: C code's too). */
+extern HIDDEN unsigned long forks;
+
+/* The calling thread's kernel tid and slot, valid for one registration generation. */
+struct thread_slot {
+	PyObject *registration; /* compared, never dereferenced */
+	long generation;
+	unsigned long forks;
+	pid_t tid;
+	long index;
+};
+extern HIDDEN __thread struct thread_slot tls;
+
+extern HIDDEN PyObject *s_start_attr; /* "_otel_gil_start": where a span keeps its Start */
+
+static inline uint64_t clock_ns(clockid_t clock)
+{
+	struct timespec ts;
+	clock_gettime(clock, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static inline void thread_for(PyObject *registration, long generation)
+{
+	if (tls.registration != registration || tls.generation != generation || tls.forks != forks) {
+		tls.registration = registration;
+		tls.generation = generation;
+		tls.forks = forks;
+		tls.tid = (pid_t)syscall(SYS_gettid);
+		tls.index = -1;
+	}
+}
+
+static inline const volatile struct gil_slot *slot_at(const char *base, long index)
+{
+	return (const volatile struct gil_slot *)(base + (index + 1) * sizeof(struct gil_slot));
+}
+
+/* The slot of the calling thread (tls.tid), -1 if it has none yet; ring.Ring.find in C. */
+static inline long find_slot(const char *base, uint32_t nslots)
+{
+	uint32_t tid = (uint32_t)tls.tid;
+	if (tls.index >= 0 && tls.index < (long)nslots && slot_at(base, tls.index)->tid == tid)
+		return tls.index;
+	for (uint32_t i = 0; i < GIL_PROBE_LEN; i++) {
+		long index = (long)((tid + i) % nslots);
+		if (slot_at(base, index)->tid == tid)
+			return tls.index = index;
+	}
+	return -1;
+}
+
+/* The calling thread's counters at `now`, open intervals closed there: ring.Ring.read in C,
+ * and the only place the C side closes them (as ring.counters does for Python: an open wait
+ * still GIL_SLOT_UNCHECKED may turn out to be none, and is not counted). Only the calling
+ * thread's own slot: a writer writes it only on this thread's GIL hand-offs, which cannot
+ * happen while it runs this with the GIL held. */
+static inline void read_counters(const char *base, uint32_t nslots, uint64_t now, struct counters *out)
+{
+	long index = find_slot(base, nslots);
+	if (index < 0) {
+		*out = (struct counters){0};
+		return;
+	}
+	const volatile struct gil_slot *s = slot_at(base, index);
+	uint64_t wait_start = s->flags & GIL_SLOT_UNCHECKED ? 0 : s->wait_start_ns, acquired = s->acquired_ns;
+	out->wait_ns = s->wait_ns + (wait_start && now > wait_start ? now - wait_start : 0);
+	out->hold_ns = s->hold_ns + (acquired && now > acquired ? now - acquired : 0);
+	out->acquisitions = s->acquisitions;
+	out->convoy_waits = s->convoy_waits;
+	out->long_waits = s->long_waits;
+}
+
+/* getattr(obj, name, NULL) without raising (and paying for) an AttributeError. */
+static inline PyObject *lookup(PyObject *obj, PyObject *name)
+{
+	PyObject *value = NULL;
+#if PY_VERSION_HEX >= 0x030D0000
+	PyObject_GetOptionalAttr(obj, name, &value);
+#else
+	_PyObject_LookupAttr(obj, name, &value);
+#endif
+	return value;
+}
+
+/* tp_descr_get of a method that takes a class's method's place (Py_TPFLAGS_METHOD_DESCRIPTOR):
+ * bound to an instance, itself on the class. */
+static inline PyObject *bind_method(PyObject *self, PyObject *obj, PyObject *type)
+{
+	if (obj == NULL || obj == Py_None) {
+		Py_INCREF(self);
+		return self;
+	}
+	return PyMethod_New(self, obj);
+}
+
+/* context_switches.c */
+HIDDEN int contexts_init(PyObject *module);
+HIDDEN int tracking_contexts(Hooks *hooks);
+HIDDEN int tracked_throughout(const Start *start);
+HIDDEN void context_start(Hooks *hooks, Start *start, PyObject *span);
+HIDDEN void context_end(Start *start, PyObject *span);
+HIDDEN PyObject *contexts_track(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+HIDDEN PyObject *contexts_untrack(PyObject *module, PyObject *unused);
+HIDDEN PyObject *contexts_held_by(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+
+#endif

@@ -1,0 +1,274 @@
+"""Figures follow the context, not the thread (otel_gil/context_switches.c): on a synthetic
+ring, where the test itself plays the writer, each task's, greenlet's and worker's own GIL
+time goes to its span; spans of a thread no hook can see into say so. The C hooks track
+contexts; the Python hooks cannot and give ``gil.status=shared_thread`` on shared threads."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+
+import pytest
+
+from otel_gil import spans
+from synthetic import log_hold, make_ring, record_wait, slot_for
+from test_spans import FakeRegistration, fast, hooked, my_slot  # noqa: F401 (fast: a fixture)
+
+MS = 1_000_000
+
+
+def _hooked_ring(fast: bool):
+    ring = make_ring()
+    with hooked(FakeRegistration(ring), fast) as (tracer, _, exporter):
+        yield tracer, ring, my_slot(ring), exporter
+
+
+@pytest.fixture
+def loop_thread(fast):
+    """(tracer, ring, the calling thread's slot, exporter) with the hooks of ``fast``."""
+    yield from _hooked_ring(fast)
+
+
+@pytest.fixture
+def c_hooks():
+    """As ``loop_thread``, with the C hooks: the ones that follow contexts."""
+    yield from _hooked_ring(True)
+
+
+def hold(slot, ms: float) -> None:
+    """The writer's part of ``ms`` of GIL hold by this code (as long in real time: spans whose
+    figures pass their duration are dropped)."""
+    slot.hold_ns += int(ms * MS)
+    time.sleep(ms / 1000)
+
+
+def named(exporter) -> dict:
+    return {s.name: dict(s.attributes) for s in exporter.get_finished_spans()}
+
+
+def test_tasks_on_one_loop_get_their_own_hold(loop_thread, fast):
+    tracer, _, slot, exporter = loop_thread
+
+    async def request(name: str, hold_ms: int) -> None:
+        with tracer.start_as_current_span(name):
+            for _ in range(3):
+                hold(slot, hold_ms)  # this step's own code
+                await asyncio.sleep(0)
+
+    async def main() -> None:
+        await asyncio.gather(request("a", 1), request("b", 2))
+
+    asyncio.run(main())
+    got = named(exporter)
+    if not fast:  # the Python hooks cannot tell the tasks apart: no hold is anyone's for sure
+        for attrs in got.values():
+            assert attrs["gil.status"] == spans.SHARED_THREAD and "gil.hold_ms" not in attrs, attrs
+            assert attrs["gil.wait_ms"] == 0.0
+        return
+    assert (got["a"]["gil.hold_ms"], got["b"]["gil.hold_ms"]) == (3.0, 6.0), got
+    # a ran from its first step to its last, b's three steps in between; b ends after a's last step
+    assert (got["a"]["gil.others_hold_ms"], got["b"]["gil.others_hold_ms"]) == (6.0, 2.0), got
+    assert all("gil.status" not in attrs for attrs in got.values()), got
+
+
+def test_a_child_spans_code_is_its_parents_too(c_hooks):
+    tracer, _, slot, exporter = c_hooks
+
+    async def child(n: int) -> None:
+        with tracer.start_as_current_span(f"child-{n}"):
+            hold(slot, n + 1)
+            await asyncio.sleep(0)
+            hold(slot, n + 1)
+
+    async def request() -> None:
+        with tracer.start_as_current_span("parent"):
+            hold(slot, 5)
+            await asyncio.gather(child(0), child(1))
+            hold(slot, 5)
+
+    async def main() -> None:
+        await asyncio.gather(request(), other())
+
+    async def other() -> None:
+        with tracer.start_as_current_span("other"):
+            for _ in range(4):
+                hold(slot, 7)
+                await asyncio.sleep(0)
+
+    asyncio.run(main())
+    got = named(exporter)
+    assert got["child-0"]["gil.hold_ms"] == 2.0 and got["child-1"]["gil.hold_ms"] == 4.0, got
+    assert got["parent"]["gil.hold_ms"] == 16.0, got
+    assert got["other"]["gil.hold_ms"] == 28.0, got
+
+
+def test_a_worker_threads_code_counts_where_it_ran(c_hooks):
+    """asyncio.to_thread runs the function in a copy of the request's context: its hold and
+    waits on the worker are the request's, beside the loop's waits while it was in flight."""
+    tracer, ring, slot, exporter = c_hooks
+
+    def work() -> None:
+        worker = slot_for(ring, threading.get_native_id())
+        hold(worker, 4)
+        time.sleep(0.003)
+        now = time.monotonic_ns()
+        record_wait(worker, now - 3 * MS, now, blocker=0)
+
+    async def request() -> None:
+        with tracer.start_as_current_span("request"):
+            hold(slot, 1)
+            slot.wait_ns += 2 * MS  # the loop waited meanwhile
+            time.sleep(0.002)
+            await asyncio.to_thread(work)
+            hold(slot, 1)
+
+    asyncio.run(request())
+    attrs = named(exporter)["request"]
+    assert attrs["gil.hold_ms"] == 6.0, attrs  # 2 on the loop, 4 on the worker
+    assert attrs["gil.wait_ms"] == 5.0, attrs  # the loop's 2, the worker's 3
+    assert attrs["gil.acquisitions"] == 1, attrs  # the worker's one, after its wait
+
+
+def test_greenlets_get_their_own_hold(loop_thread, fast):
+    greenlet = pytest.importorskip("greenlet")
+    tracer, _, slot, exporter = loop_thread
+    hub = greenlet.getcurrent()
+
+    def request(name: str, hold_ms: int) -> None:
+        with tracer.start_as_current_span(name):
+            for _ in range(3):
+                hold(slot, hold_ms)
+                hub.switch()
+
+    a, b = greenlet.greenlet(lambda: request("a", 1)), greenlet.greenlet(lambda: request("b", 2))
+    while not (a.dead and b.dead):
+        for g in (a, b):
+            if not g.dead:
+                g.switch()
+        hold(slot, 10)  # the hub's own work: nobody's
+    got = named(exporter)
+    if not fast:
+        assert {attrs.get("gil.status") for attrs in got.values()} == {spans.SHARED_THREAD}, got
+        return
+    assert (got["a"]["gil.hold_ms"], got["b"]["gil.hold_ms"]) == (3.0, 6.0), got
+    assert got["a"]["gil.others_hold_ms"] == 6.0 + 30.0, got  # b's and the hub's, while a was open
+
+
+def test_a_thread_no_other_context_ran_on_keeps_its_figures(loop_thread):
+    """A thread per request: the thread's figures over the span, whatever its spans overlap."""
+    tracer, _, slot, exporter = loop_thread
+    first = tracer.start_span("first")
+    hold(slot, 1)
+    with tracer.start_as_current_span("second"):  # not first's child, overlapping it
+        hold(slot, 2)
+    hold(slot, 4)
+    first.end()
+    got = named(exporter)
+    assert (got["first"]["gil.hold_ms"], got["second"]["gil.hold_ms"]) == (7.0, 2.0), got
+    assert all("gil.others_hold_ms" not in attrs and "gil.status" not in attrs for attrs in got.values()), got
+
+
+def test_a_wait_on_the_loop_names_the_request_whose_code_ran(c_hooks):
+    """Blame on a shared thread: the span that ran in the holder's hold, from the loop's switches,
+    not whichever span is current on the loop when the waiter's span ends."""
+    tracer, ring, slot, exporter = c_hooks
+    loop_tid = threading.get_native_id()
+    ran: dict[str, tuple[int, int]] = {}
+    victim_started, victim_may_end = threading.Event(), threading.Event()
+
+    def victim() -> None:
+        s = slot_for(ring, threading.get_native_id())
+        with tracer.start_as_current_span("victim"):
+            victim_started.set()
+            victim_may_end.wait()
+            t0, t1 = ran["b"]
+            record_wait(s, t0, t1, blocker=loop_tid)
+
+    async def request(name: str) -> None:
+        with tracer.start_as_current_span(name):
+            for _ in range(2):
+                t0 = time.monotonic_ns()
+                time.sleep(0.003)  # (the loop thread's own code, as far as the synthetic ring knows)
+                ran.setdefault(name, (t0, time.monotonic_ns()))
+                await asyncio.sleep(0)
+
+    thread = threading.Thread(target=victim)
+    thread.start()
+    victim_started.wait()
+
+    async def main() -> None:
+        await asyncio.gather(request("a"), request("b"))
+        t0, t1 = ran["b"]
+        log_hold(ring, loop_tid, t0 - MS, t1 + MS)
+        with tracer.start_as_current_span("current on the loop when the victim ends"):
+            victim_may_end.set()
+            thread.join()
+
+    asyncio.run(main())
+    (event,) = [s for s in exporter.get_finished_spans() if s.name == "victim"][0].events
+    assert event.attributes["gil.blocker.thread.native_id"] == loop_tid
+    assert event.attributes["gil.blocker.span.name"] == "b", dict(event.attributes)
+
+
+def test_an_end_time_before_the_last_charge_gets_no_figures(c_hooks):
+    tracer, _, slot, exporter = c_hooks
+
+    async def request() -> None:
+        span = tracer.start_span("request")
+        with spans.trace.use_span(span):
+            hold(slot, 1)
+            await asyncio.sleep(0.002)
+        span.end(end_time=time.time_ns() - 1_000_000)
+
+    async def main() -> None:
+        await asyncio.gather(request(), asyncio.sleep(0))
+
+    asyncio.run(main())
+    assert named(exporter)["request"]["gil.status"] == spans.END_PASSED
+
+
+def test_a_loop_whose_switches_are_unseen_says_so(loop_thread, fast):
+    """uvloop enters its tasks' contexts in C, which only the context watchers of 3.14+ see."""
+    uvloop = pytest.importorskip("uvloop")
+    tracer, _, slot, exporter = loop_thread
+
+    async def request(name: str) -> None:
+        with tracer.start_as_current_span(name):
+            hold(slot, 1)
+            await asyncio.sleep(0)
+
+    async def main() -> None:
+        await asyncio.gather(request("a"), request("b"))
+
+    uvloop.run(main())
+    got = named(exporter)
+    if fast and sys.version_info >= (3, 14):
+        assert (got["a"]["gil.hold_ms"], got["b"]["gil.hold_ms"]) == (1.0, 1.0), got
+    else:
+        assert {attrs.get("gil.status") for attrs in got.values()} == {spans.SHARED_THREAD}, got
+
+
+def test_a_span_that_lived_through_an_uninstrument_says_so():
+    """Charges of its code were missed while otel-gil was off: a shared thread's span has no
+    figure of its own then."""
+    ring = make_ring()
+    with hooked(FakeRegistration(ring), True) as (tracer, processor, exporter):
+        slot = my_slot(ring)
+
+        async def request(name: str, off: bool) -> None:
+            with tracer.start_as_current_span(name):
+                hold(slot, 1)
+                await asyncio.sleep(0)
+                if off:  # as uninstrument() and instrument() do
+                    spans._fastspan.untrack_contexts()
+                    spans._track_contexts(processor._hooks)
+                hold(slot, 1)
+
+        async def main() -> None:
+            await asyncio.gather(request("through", True), request("other", False))
+
+        asyncio.run(main())
+    got = named(exporter)
+    assert got["through"]["gil.status"] == spans.UNTRACKED and "gil.hold_ms" not in got["through"], got

@@ -1,0 +1,71 @@
+"""The ground truth of a piece of code's GIL hold, for the workloads of the context tests.
+
+A piece of pure Python that runs between its thread's switches holds the GIL from its start
+to its end but while it waited for the GIL (made to drop it, at a switch interval, for
+another thread): its truth is its wall time minus its thread's waits meanwhile. The waits are
+the thread's own figures (its slot), which the PyDLL ground truths check on every build; what
+these truths check is whose they are. Its CPU time (thread_time) is a lower bound only: the
+kernel preempts a thread that holds the GIL too (on a 2-core machine, for the load generator,
+Jaeger, the app's exporter thread), and it holds it meanwhile.
+
+A call through ctypes.PyDLL keeps the GIL while it sleeps: its truth is its wall time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from typing import NamedTuple
+
+from otel_gil import GilInstrumentor
+
+_gil_holding_libc = ctypes.PyDLL(None)
+
+
+class Held(NamedTuple):
+    """A piece's truth (ns): held (wall time minus waits) and its CPU time."""
+
+    ns: int
+    cpu_ns: int
+
+
+def _waited_ns() -> int:
+    """The calling thread's GIL waits so far (its slot, in the ring of this process's backend)."""
+    backend = GilInstrumentor._backend
+    ring = backend.ring if backend is not None else None
+    tid = threading.get_native_id()
+    index = ring.find(tid) if ring is not None else -1
+    read = ring.read(index, tid) if index >= 0 else None
+    return read[1].wait_ns if read else 0
+
+
+def clock() -> Held:
+    """A reading of the truth's clocks: the difference of two readings is the truth of what
+    ran between them on this thread (no blocking call in between)."""
+    return Held(time.monotonic_ns() - _waited_ns(), time.thread_time_ns())
+
+
+def since(start: Held) -> Held:
+    now = clock()
+    return Held(now.ns - start.ns, now.cpu_ns - start.cpu_ns)
+
+
+def spin(ms: float) -> Held:
+    """Pure Python for ``ms`` of wall time; its truth."""
+    start = clock()
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        pass
+    return since(start)
+
+
+def pydll_hold(ms: float) -> Held:
+    """Keep the GIL for ``ms`` through a PyDLL call; its truth (held: its wall time; no CPU)."""
+    t0 = time.monotonic_ns()
+    _gil_holding_libc.usleep(int(ms * 1000))
+    return Held(time.monotonic_ns() - t0, 0)
+
+
+def total(*pieces: Held) -> Held:
+    return Held(sum(p.ns for p in pieces), sum(p.cpu_ns for p in pieces))

@@ -1,0 +1,54 @@
+"""What the ground-truth web apps share (tests/e2e/test_async_servers.py runs them under
+opentelemetry-instrument on real servers): each request times its own code and answers it,
+its pure-Python pieces (they run between its switches) and its PyDLL holds (own_time.py says
+how each is timed). A hog thread outside any request holds the GIL through PyDLL when asked,
+and keeps the wall-clock times of its holds, for the loop's waits.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+
+from own_time import Held, clock, pydll_hold, since, spin, total  # noqa: F401 (re-exported: the apps' truth)
+
+PIECE_MS = 10  # each pure-Python piece; three a request, so that framework code stays within the tolerance
+_gil_holding_libc = ctypes.PyDLL(None)
+
+
+def answer(held: Held, **more) -> dict:
+    """A request's answer: its truth (own_time.Held) as ``own_ns`` and ``cpu_ns``."""
+    return {"own_ns": held.ns, "cpu_ns": held.cpu_ns, **more}
+
+
+class Hog:
+    """A thread outside any request that holds the GIL 3 ms at a time, 2 ms apart, while on."""
+
+    def __init__(self) -> None:
+        self.holds: list[tuple[int, int]] = []  # wall clock ns: each hold and the Python around it
+        self._on = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.holds.clear()
+        self._on.set()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="gil-hog", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> list[tuple[int, int]]:
+        self._on.clear()
+        time.sleep(0.02)
+        return list(self.holds)
+
+    def _run(self) -> None:
+        while True:
+            self._on.wait()
+            t0 = time.time_ns()
+            _gil_holding_libc.usleep(3000)
+            self.holds.append((t0, time.time_ns()))
+            time.sleep(0.002)
+
+
+hog = Hog()
