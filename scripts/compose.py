@@ -64,7 +64,8 @@ class Stack:
         argv = [*self.engine["compose"].split(), "-p", self.name, *(f"--file={f}" for f in self.files), *args]
         done = subprocess.run(argv, cwd=ROOT, env=self.environment(), capture_output=True, text=True, timeout=timeout)
         if check and done.returncode != 0:
-            raise StackError(f"{self.engine['compose']} -p {self.name} {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
+            command = f"{self.engine['compose']} -p {self.name} {' '.join(args)}"
+            raise StackError(f"{command} failed:\n{done.stdout}{done.stderr}")
         return done.stdout + done.stderr
 
     def logs(self, service: str, lines: int = LOG_LINES) -> str:

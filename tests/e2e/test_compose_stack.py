@@ -122,9 +122,10 @@ def located_pids(project: compose.Stack) -> set[int]:
 
 
 def worker_pids(project: compose.Stack, service: str) -> set[int]:
-    """Host pids of the gunicorn workers in the service's container (children of its main process)."""
-    master = project.container_pid(service)
-    return {int(pid) for pid in Path(f"/proc/{master}/task/{master}/children").read_text().split()}
+    """Host pids of the processes that serve the service's requests: the children of its
+    container's main process (gunicorn's workers), else that process itself (a single-process server)."""
+    main = project.container_pid(service)
+    return {int(pid) for pid in Path(f"/proc/{main}/task/{main}/children").read_text().split()} or {main}
 
 
 def test_both_apps_spans_carry_the_collectors_figures(project):
@@ -184,16 +185,19 @@ def test_prometheus_has_the_gil_series_and_evaluates_the_rules(project):
     them (every 30 s): GilContention's own expression has a value for each hog app."""
     base = project.url("prometheus")
     jobs = {name for name, _ in HOGS.values()}
+
+    def jobs_of(query: str) -> set[str]:
+        return {r["metric"]["job"] for r in stack.prometheus_api("query", base=base, query=query)["result"]}
+
     deadline = time.monotonic() + 120
     while True:
-        series = {r["metric"]["job"] for r in stack.prometheus_api("query", base=base, query="gil_wait_time_seconds_total")["result"]}
-        ratios = {r["metric"]["job"] for r in stack.prometheus_api("query", base=base, query="process:gil_wait_ratio:rate5m")["result"]}
-        rules = {r["name"]: r for g in stack.prometheus_api("rules", base=base)["groups"] for r in g["rules"]}
+        series, ratios = jobs_of("gil_wait_time_seconds_total"), jobs_of("process:gil_wait_ratio:rate5m")
         if jobs <= series and jobs <= ratios or time.monotonic() > deadline:
             break
         time.sleep(2)
     assert jobs <= series, project.failed("prometheus", f"gil_wait_time_seconds_total has jobs {series}, not {jobs}")
     assert jobs <= ratios, project.failed("prometheus", f"process:gil_wait_ratio:rate5m has jobs {ratios}, not {jobs}")
+    rules = {r["name"]: r for g in stack.prometheus_api("rules", base=base)["groups"] for r in g["rules"]}
     contention = rules["GilContention"]
     assert contention["health"] == "ok" and contention["lastEvaluation"] > "2000", contention
 

@@ -89,16 +89,18 @@ def qualified(image: str) -> str:
     return image if image.split("/")[0] in ("docker.io", "localhost") else f"docker.io/{image}"
 
 
+def base(dockerfile: Path) -> str:
+    return qualified(re.search(r"^FROM (\S+)", dockerfile.read_text(), re.M)[1])
+
+
 def test_every_base_image_is_pinned_to_what_images_sh_builds(config):
     """The images the stack pulls and those its Dockerfiles start from are exactly the ones
     scripts/images.sh pulls or builds, at the versions of the Go modules built here."""
     built = set(re.findall(r"docker\.io/[^\s;]+", (ROOT / "scripts" / "images.sh").read_text().split("\nflock 9")[1]))
     ours = {s["image"] for s in config["services"].values() if s.get("build")}
     used = {qualified(s["image"]) for s in config["services"].values() if s["image"] not in ours}
-    for service in config["services"].values():
-        if service.get("build"):
-            used.add(qualified(re.search(r"^FROM (\S+)", (ROOT / service["build"]["dockerfile"]).read_text(), re.M)[1]))
-    local_bases = {qualified(re.search(r"^FROM (\S+)", d.read_text(), re.M)[1]) for d in (ROOT / "images").glob("*/Dockerfile")}
+    used |= {base(ROOT / s["build"]["dockerfile"]) for s in config["services"].values() if s.get("build")}
+    local_bases = {base(dockerfile) for dockerfile in (ROOT / "images").glob("*/Dockerfile")}
     assert built == used | local_bases, (built, used, local_bases)
     jaeger = re.search(r"^version=v1\.(\d+)\.(\d+)", (ROOT / "scripts" / "jaeger.sh").read_text(), re.M)
     assert f"docker.io/jaegertracing/jaeger:2.{int(jaeger[1]) - 63}.{jaeger[2]}" in used  # Jaeger v2.N is module v1.(63+N)
