@@ -1,7 +1,9 @@
 # Two entry points for a new machine (the collector is eBPF: what needs root runs through
 # sudo, or as is when make already runs as root, e.g. in a container or CI):
-#   make demo   Jaeger, Prometheus, collector + instrumented workload: span figures, trace URL, alert
-#   make test   the whole test suite against the real kernel
+#   make demo      Jaeger, Prometheus, collector + instrumented workload: span figures, trace URL, alert
+#   make compose   the same as docker-compose.yml's stack in a real container engine (left running;
+#                  make compose-down removes it)
+#   make test      the whole test suite against the real kernel
 PYTHON ?= python3
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 VENV := .venv
@@ -10,7 +12,7 @@ PY := $(VENV)/bin/python
 # The oldest OpenTelemetry SDK we support, for the span-hook tests.
 SDK_MIN := opentelemetry-api==1.30.0 opentelemetry-sdk==1.30.0 opentelemetry-instrumentation==0.51b0
 
-.PHONY: host venv matrix rootfs tools wheels demo test test-sdk-min bench soak clean
+.PHONY: host venv matrix rootfs tools wheels images demo compose compose-down test test-sdk-min bench soak clean
 
 host:
 	$(SUDO) scripts/setup-host.sh
@@ -25,6 +27,18 @@ venv: $(PY)
 
 demo: host venv
 	$(SUDO) $(PY) scripts/demo.py
+
+# docker-compose.yml in Docker, else podman (scripts/engine.sh installs it and serves the Docker
+# API), base images pulled or built here once (scripts/images.sh, cached in /var/cache/otel-gil).
+compose: host wheels
+	$(SUDO) $(PYTHON) scripts/compose.py up
+
+# Those base images alone, for the tests (Python from source is the long one: about 20 minutes).
+images: host
+	$(SUDO) scripts/images.sh $$($(SUDO) scripts/engine.sh name)
+
+compose-down:
+	$(SUDO) $(PYTHON) scripts/compose.py down
 
 matrix:
 	scripts/matrix-venvs.sh
@@ -59,7 +73,7 @@ tools:
 	$(SUDO) scripts/prometheus.sh path prometheus
 	$(SUDO) scripts/prometheus.sh path promtool
 
-test: host venv matrix rootfs tools wheels test-sdk-min
+test: host venv matrix rootfs tools wheels images test-sdk-min
 	$(SUDO) $(PY) -m pytest -ra tests
 
 # The soak for 30 minutes (85 s per build and backend, 20 runs; CI runs 4 s each): every span's

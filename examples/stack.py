@@ -22,6 +22,7 @@ EXAMPLES = ROOT / "examples"
 JAEGER_QUERY = "http://127.0.0.1:16686"
 OTLP_HTTP = "http://127.0.0.1:4318"
 PROMETHEUS = "http://127.0.0.1:9090"
+TAIL_SAMPLING = EXAMPLES / "compose" / "gil-tail-sampling.yaml"  # keeps every GIL-bound trace
 JAEGER_UI = ROOT.parent / "shared" / "jaeger-ui" / "build"  # a build of Jaeger's UI, where CI has it
 BIN = Path(sys.executable).parent
 
@@ -60,7 +61,8 @@ def _wait(service: Service, ready, timeout: float) -> Service:
     return service
 
 
-def _http_ok(url: str) -> bool:
+def http_ok(url: str) -> bool:
+    """Whether ``url`` answers 200 within 2 s."""
     try:
         with urllib.request.urlopen(url, timeout=2) as resp:
             return resp.status == 200
@@ -95,7 +97,7 @@ def jaeger_binary() -> str:
 
 
 def jaeger_up() -> bool:
-    return _http_ok(f"{JAEGER_QUERY}/api/services")
+    return http_ok(f"{JAEGER_QUERY}/api/services")
 
 
 def jaeger_ui_assets() -> Optional[Path]:
@@ -104,12 +106,15 @@ def jaeger_ui_assets() -> Optional[Path]:
     return path if (path / "index.html").is_file() else None
 
 
-def start_jaeger(log: Path, timeout: float = 60) -> Service:
-    """Jaeger on loopback (scripts/jaeger-config.yaml), serving its UI where the assets are."""
+def start_jaeger(log: Path, timeout: float = 60, tail_sampling: bool = False) -> Service:
+    """Jaeger on loopback (scripts/jaeger-config.yaml), serving its UI where the assets are; with
+    ``tail_sampling``, its traces pipeline samples as the compose stack's collector does (TAIL_SAMPLING)."""
     binary = jaeger_binary()
     if jaeger_up():
         raise StackError(f"something already answers on {JAEGER_QUERY}: stop it first")
     argv = [binary, "--config", str(ROOT / "scripts" / "jaeger-config.yaml")]
+    if tail_sampling:
+        argv += ["--config", str(TAIL_SAMPLING)]
     assets = jaeger_ui_assets()
     if assets is not None:
         argv.append(f"--set=extensions.jaeger_query.ui.assets_path={assets}")
@@ -119,7 +124,7 @@ def start_jaeger(log: Path, timeout: float = 60) -> Service:
 
 
 def prometheus_up() -> bool:
-    return _http_ok(f"{PROMETHEUS}/-/ready")
+    return http_ok(f"{PROMETHEUS}/-/ready")
 
 
 def start_prometheus(workdir: Path, rule_files: list[Path], evaluation_interval: str = "15s",
@@ -142,9 +147,9 @@ def start_prometheus(workdir: Path, rule_files: list[Path], evaluation_interval:
     return _wait(Service("prometheus", proc, log, PROMETHEUS), prometheus_up, timeout)
 
 
-def prometheus_api(path: str, **query: str):
-    """The ``data`` of a Prometheus API answer, e.g. ``prometheus_api("query", query="up")``."""
-    url = f"{PROMETHEUS}/api/v1/{path}?{urllib.parse.urlencode(query)}"
+def prometheus_api(path: str, *, base: str = PROMETHEUS, **query: str):
+    """The ``data`` of a Prometheus API answer (Prometheus at ``base``), e.g. ``prometheus_api("query", query="up")``."""
+    url = f"{base}/api/v1/{path}?{urllib.parse.urlencode(query)}"
     with urllib.request.urlopen(url, timeout=10) as resp:
         return json.load(resp)["data"]
 
@@ -203,17 +208,19 @@ def start_web(name: str, argv: list[str], cwd: Path, env: dict, port: int, log: 
     with open(log, "w") as out:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    return _wait(Service(name, proc, log, url), lambda: _http_ok(f"{url}/health"), timeout)
+    return _wait(Service(name, proc, log, url), lambda: http_ok(f"{url}/health"), timeout)
 
 
-def jaeger_spans(service: str, operation: Optional[str] = None, limit: int = 2000, since_us: int = 0) -> list[dict]:
-    """Spans of ``service`` from Jaeger's /api/traces (started after ``since_us``, epoch µs), ``tags`` as a dict."""
+def jaeger_spans(service: str, operation: Optional[str] = None, limit: int = 2000, since_us: int = 0,
+                 base: str = JAEGER_QUERY) -> list[dict]:
+    """Spans of ``service`` from the /api/traces of the Jaeger at ``base`` (started after ``since_us``, epoch µs),
+    ``tags`` as a dict."""
     query = {"service": service, "limit": str(limit), "lookback": "1h"}
     if since_us:
         query["start"] = str(since_us)
     if operation:
         query["operation"] = operation
-    with urllib.request.urlopen(f"{JAEGER_QUERY}/api/traces?{urllib.parse.urlencode(query)}", timeout=30) as resp:
+    with urllib.request.urlopen(f"{base}/api/traces?{urllib.parse.urlencode(query)}", timeout=30) as resp:
         data = json.load(resp)["data"]
     spans = []
     for trace in data:
@@ -224,11 +231,12 @@ def jaeger_spans(service: str, operation: Optional[str] = None, limit: int = 200
     return spans
 
 
-def wait_for_spans(service: str, operation: str, count: int, timeout: float = 30, since_us: int = 0) -> list[dict]:
-    """Poll Jaeger until ``count`` spans of ``operation`` arrived (exports are batched)."""
+def wait_for_spans(service: str, operation: str, count: int, timeout: float = 30, since_us: int = 0,
+                   base: str = JAEGER_QUERY) -> list[dict]:
+    """Poll the Jaeger at ``base`` until ``count`` spans of ``operation`` arrived (exports are batched)."""
     deadline = time.monotonic() + timeout
     while True:
-        spans = jaeger_spans(service, operation, since_us=since_us)  # whole traces: their gil.wait spans too
+        spans = jaeger_spans(service, operation, since_us=since_us, base=base)  # whole traces: their gil.wait spans too
         if sum(s["operationName"] == operation for s in spans) >= count or time.monotonic() > deadline:
             return spans
         time.sleep(0.5)

@@ -1,8 +1,8 @@
-"""The demo: Jaeger, Prometheus (with examples/alerts), the collector and the Flask
-example under opentelemetry-instrument (its metrics thread hogging the GIL), some load,
-then the slowest spans as Jaeger has them: duration, GIL wait, GIL hold, and who held
-the GIL meanwhile; the slowest span's waits, each with the thread and the code that held the
-GIL; the URL of the slowest trace in Jaeger's UI, and the alert's state. Then the async
+"""The demo: Jaeger (tail-sampling as the compose stack does), Prometheus (with examples/alerts),
+the collector and the Flask example under opentelemetry-instrument (its metrics thread hogging
+the GIL), some load, then the slowest spans as Jaeger has them: duration, GIL wait, GIL hold,
+and who held the GIL meanwhile; the slowest span's waits, each with the thread and the code that
+held the GIL; the URL of the slowest trace in Jaeger's UI, and the alert's state. Then the async
 example (FastAPI on uvicorn, the same hog) with 20 requests in flight on its loop: each
 span's own hold beside the loop's time on the other requests and the wait.
 
@@ -133,8 +133,9 @@ def main() -> int:
         if stack.jaeger_up():
             print(f"Jaeger: using the one already answering on {stack.JAEGER_QUERY}", flush=True)
         else:
-            print("Jaeger: starting the cached build (the first run builds it: about 8 minutes)...", flush=True)
-            started.append(stack.start_jaeger(work / "jaeger.log"))
+            print("Jaeger: starting the cached build (the first run builds it: about 8 minutes), its tail sampling "
+                  f"keeping every GIL-bound trace ({stack.TAIL_SAMPLING.relative_to(ROOT)})...", flush=True)
+            started.append(stack.start_jaeger(work / "jaeger.log", tail_sampling=True))
         if stack.prometheus_up():
             print(f"Prometheus: using the one already answering on {stack.PROMETHEUS}", flush=True)
         else:

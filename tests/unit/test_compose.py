@@ -80,3 +80,42 @@ def test_images_copy_what_the_repo_and_make_wheels_give(config):
             for machine in ("x86_64", "aarch64"):
                 found = fnmatch.filter(built, pattern.replace("MACHINE", machine))
                 assert len(found) == 1, (dockerfile, pattern, machine, found)
+
+
+def qualified(image: str) -> str:
+    """An image name as engines store it: debian:x -> docker.io/library/debian:x."""
+    if "/" not in image:
+        image = f"library/{image}"
+    return image if image.split("/")[0] in ("docker.io", "localhost") else f"docker.io/{image}"
+
+
+def base(dockerfile: Path) -> str:
+    return qualified(re.search(r"^FROM (\S+)", dockerfile.read_text(), re.M)[1])
+
+
+def test_every_base_image_is_pinned_to_what_images_sh_builds(config):
+    """The images the stack pulls and those its Dockerfiles start from are exactly the ones
+    scripts/images.sh pulls or builds, at the versions of the Go modules built here."""
+    built = set(re.findall(r"docker\.io/[^\s;]+", (ROOT / "scripts" / "images.sh").read_text().split("\nflock 9")[1]))
+    ours = {s["image"] for s in config["services"].values() if s.get("build")}
+    used = {qualified(s["image"]) for s in config["services"].values() if s["image"] not in ours}
+    used |= {base(ROOT / s["build"]["dockerfile"]) for s in config["services"].values() if s.get("build")}
+    local_bases = {base(dockerfile) for dockerfile in (ROOT / "images").glob("*/Dockerfile")}
+    assert built == used | local_bases, (built, used, local_bases)
+    jaeger = re.search(r"^version=v1\.(\d+)\.(\d+)", (ROOT / "scripts" / "jaeger.sh").read_text(), re.M)
+    assert f"docker.io/jaegertracing/jaeger:2.{int(jaeger[1]) - 63}.{jaeger[2]}" in used  # Jaeger v2.N is module v1.(63+N)
+    prometheus = re.search(r"^version=v0\.3(\d\d)\.(\d+)", (ROOT / "scripts" / "prometheus.sh").read_text(), re.M)
+    assert f"docker.io/prom/prometheus:v3.{int(prometheus[1])}.{prometheus[2]}" in used  # Prometheus 3.N is module v0.3NN
+    manifest = yaml.safe_load((ROOT / "images" / "otelcol" / "manifest.yaml").read_text())
+    assert f"docker.io/otel/opentelemetry-collector-contrib:{manifest['dist']['version']}" in used
+
+
+def test_host_ports_and_sampling_are_variables(config):
+    """Nothing machine-specific: each published port is 127.0.0.1:${OTEL_GIL_<SERVICE>_PORT:-default} (scripts/compose.py
+    sets them), and the share of calm traces kept is ${OTEL_GIL_SAMPLE_PERCENT:-100}."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    published = {name for name, s in config["services"].items() if s.get("ports")}
+    for name in published:
+        variable = f"OTEL_GIL_{name.upper().replace('-', '_')}_PORT"
+        assert re.search(rf'"127\.0\.0\.1:\${{{variable}:-\d+}}:\d+"', text), name
+    assert config["services"]["otel-collector"]["environment"]["OTEL_GIL_SAMPLE_PERCENT"] == "100"
