@@ -28,10 +28,11 @@ import stack  # noqa: E402  (examples/stack.py: Jaeger's API)
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 # The host port of each published service, as docker-compose.yml has it by default; the file
 # reads service S's from $OTEL_GIL_<S>_PORT (port_variable).
-PORTS = {"jaeger": 16686, "prometheus": 9090, "flask-app": 8000, "django-app": 8001}
+PORTS = {"jaeger": 16686, "prometheus": 9090, "flask-app": 8000, "django-app": 8001, "async-app": 8002}
 READY = {"jaeger": "/api/services", "prometheus": "/-/ready"}  # where a service says it is up; an app: /health
 # The apps: compose service -> (its OTEL_SERVICE_NAME, the name of its /io server spans).
-APPS = {"flask-app": ("flask-gil", "GET /io"), "django-app": ("django-gil", "GET io")}  # Django's follow its URL patterns
+APPS = {"flask-app": ("flask-gil", "GET /io"), "django-app": ("django-gil", "GET io"),  # Django's follow its URL patterns
+        "async-app": ("fastapi-gil", "GET /io")}
 LOG_LINES = 30  # of a failed service's log, in errors
 
 
@@ -145,7 +146,8 @@ def report(project: Stack, requests: int = 30) -> str:
             raise project.failed(service, f"no server span of {name} with GIL figures reached Jaeger within 180 s")
         slowest = max(measured, key=lambda s: s["duration"])
         out += [f"\n{name} ({service}): slowest of {len(measured)} server spans with GIL figures, from Jaeger "
-                f"({jaeger}/api/traces?service={name}):\n", demo.table(measured, 5), "",
+                f"({jaeger}/api/traces?service={name}):\n",
+                (demo.async_table if name == "fastapi-gil" else demo.table)(measured, 5), "",
                 demo.waits(slowest), f"\nthe slowest trace in Jaeger's UI: {jaeger}/trace/{slowest['traceID']}"]
     return "\n".join(out)
 

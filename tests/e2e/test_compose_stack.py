@@ -202,8 +202,6 @@ def test_prometheus_has_the_gil_series_and_evaluates_the_rules(project):
     assert contention["health"] == "ok" and contention["lastEvaluation"] > "2000", contention
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="otel_gil's auto backend does not fall back to "
-                   "in-process when a registered app's collector goes away: spans say gil.status=no_collector (core change)")
 def test_spans_fall_back_to_in_process_figures_when_the_collector_stops(project):
     """With gil-collector stopped, new requests of the hog app still get figures (in-process) and
     are kept as GIL-bound."""

@@ -3,7 +3,8 @@ venv of the CPython it is for, by ``pip install --no-index --only-binary :all:``
 directory outside the checkout with a wheelhouse of otel-gil's dependencies (filled by that
 venv's own pip, so with its own tags; cached), then the hog scenario with the in-process
 backend, whose figures must match the PyDLL ground truth while otel_gil and both C parts are
-imported from that venv.
+imported from that venv, and (x86_64) the tasks scenario: asyncio requests' own figures against
+their truth, their switches seen by the wheel's C parts.
 
 - x86_64, on this host: pyenv's 3.9-3.13 (``make matrix``), as root (they live in its home);
 - x86_64, in Debian trees with no compiler and no Python.h (scripts/rootfs.sh), as nobody:
@@ -25,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from helpers import (DIST, MATRIX, NOBODY, ROOT, SCENARIOS, built_wheel, check_functions, check_hog_ground_truth,
-                     report_during_bursts, span, start_target, wheels, within)
+                     check_tasks_ground_truth, report_during_bursts, span, start_target, wheels, within)
 
 # Debian trees with no compiler (scripts/rootfs.sh NAME): the machine and the CPythons tested in each.
 TREES = {
@@ -102,22 +103,31 @@ def install(place: Place, python: str, *wheels_: Path, venv_options: tuple[str, 
     return venv
 
 
-def install_and_run_hog(place: Place, version: str, python: str, wheel: Path) -> dict:
+def install_and_run_hog(place: Place, version: str, python: str, wheel: Path, tasks: bool = False) -> dict:
     """The wheel installed (install) and the hog scenario run in that venv with the in-process
-    backend (as nobody in a tree; the host's pyenv lives in root's home); its report."""
+    backend (as nobody in a tree; the host's pyenv lives in root's home); its report, and with
+    ``tasks`` the tasks scenario's too (``report["tasks"]``: asyncio requests' own figures)."""
     venv, work = install(place, python, wheel), place.dir
-    shutil.copy2(SCENARIOS, place.host_dir / SCENARIOS.name)
+    for script in (SCENARIOS, SCENARIOS.parent / "own_time.py"):
+        shutil.copy2(script, place.host_dir / script.name)
     user = NOBODY if place.tree else None
-    done = place.run(f"{venv}/bin/python", f"{work}/scenarios.py", *HOG, user=user, env={"OTEL_GIL_BACKEND": "inprocess"})
-    report = json.loads(done.stdout)
-    report["stderr"] = done.stderr
-    assert report["backend"] == "inprocess" and report["uid"] == (user or os.getuid()), report["stderr"]
-    site = f"{venv}/lib/python{version}/site-packages/otel_gil/"
-    suffix = next(t.ext_suffix for t in wheels.targets() if t.wheel_name() == wheel.name)
-    for module in ("otel_gil", *wheels.extension_modules()):
-        assert report["modules"].get(module, "").startswith(site), (module, report["modules"])
-    for module in wheels.extension_modules():
-        assert report["modules"][module].endswith(suffix), report["modules"]
+
+    def run(*args: str) -> dict:
+        done = place.run(f"{venv}/bin/python", f"{work}/scenarios.py", *args, user=user, env={"OTEL_GIL_BACKEND": "inprocess"})
+        report = json.loads(done.stdout)
+        report["stderr"] = done.stderr
+        assert report["backend"] == "inprocess" and report["uid"] == (user or os.getuid()), report["stderr"]
+        site = f"{venv}/lib/python{version}/site-packages/otel_gil/"
+        suffix = next(t.ext_suffix for t in wheels.targets() if t.wheel_name() == wheel.name)
+        for module in ("otel_gil", *wheels.extension_modules()):
+            assert report["modules"].get(module, "").startswith(site), (module, report["modules"])
+        for module in wheels.extension_modules():
+            assert report["modules"][module].endswith(suffix), report["modules"]
+        return report
+
+    report = run(*HOG)
+    if tasks:
+        report["tasks"] = run("tasks", HOG[1])
     return report
 
 
@@ -156,15 +166,18 @@ def place(request):
 def test_wheel_on_this_host(version, place):
     python = wheels.pyenv_python(version)
     assert python, f"no pyenv CPython {version} (make matrix needs them too)"
-    check_hog_ground_truth(install_and_run_hog(place(None), version, str(python), built_wheel(version, "x86_64")))
+    report = install_and_run_hog(place(None), version, str(python), built_wheel(version, "x86_64"), tasks=True)
+    check_hog_ground_truth(report)
+    check_tasks_ground_truth(report["tasks"])
 
 
 @pytest.mark.parametrize("tree,version", [(t, v) for t, (machine, vs) in TREES.items() if machine == "x86_64" for v in vs])
 def test_wheel_without_a_compiler(tree, version, trees, place):
     report = install_and_run_hog(place(trees(tree)), version, f"/usr/bin/python{version}",
-                                 built_wheel(version, "x86_64"))
+                                 built_wheel(version, "x86_64"), tasks=True)
     assert report["machine"] == "x86_64"
     check_hog_ground_truth(report)
+    check_tasks_ground_truth(report["tasks"])
 
 
 @pytest.mark.parametrize("tree,version", [(t, v) for t, (machine, vs) in TREES.items() if machine == "aarch64" for v in vs])
