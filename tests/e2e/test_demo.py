@@ -9,6 +9,8 @@ from helpers import ROOT
 ROW = re.compile(r"^GET /\w+\s+([\d.]+)ms\s+([\d.]+)ms\s+([\d.]+)ms\s+([\d.]+)%\s+(.*)$")
 WAIT = re.compile(r"^  \+\s*[\d.]+ms  waited\s+[\d.]+ms: (\S+) held it [\d.]+ms in (\S+) \(workload\.py:\d+\)$")
 HOG_CODE = ("compute_stats", "_metrics_collector")  # examples/workload.py: where a forced switch finds the hog
+# The async example's table: duration, own hold, the loop's hold for the others, wait, wait %.
+ASYNC_ROW = re.compile(r"^GET /(\w+)\s+([\d.]+)ms\s+([\d.]+)ms\s+([\d.]+)ms\s+([\d.]+)ms\s+([\d.]+)%$")
 
 
 def test_demo_prints_the_slowest_spans(jaeger):
@@ -31,3 +33,12 @@ def test_demo_prints_the_slowest_spans(jaeger):
     assert link, done.stdout  # the UI's build is beside the checkout, as in CI
     assert re.search(r"GilContention (inactive|pending|firing); its rule's 5-minute wait ratio is [\d.]+ ",
                      done.stdout), done.stdout
+    # The async example: 20 requests in flight on one loop; a request's own hold is its code's, the
+    # loop's hold for the others beside it (an /io request's own code is a few awaits).
+    rows = [m for m in map(ASYNC_ROW.match, done.stdout.split("on one event loop", 1)[1].splitlines()) if m]
+    assert len(rows) == 10, done.stdout
+    for m in rows:
+        route, (duration, own, others, wait) = m.group(1), (float(g) for g in m.groups()[1:5])
+        assert own + others + wait <= duration * (2 if route == "cpu_def" else 1) * 1.01, m.group(0)  # a worker thread too
+        if route == "io":
+            assert own < others, m.group(0)
