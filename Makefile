@@ -88,7 +88,9 @@ bench: host venv
 	$(SUDO) $(PY) bench/handoff.py --rounds 5
 	$(SUDO) $(PY) bench/longhold.py --rounds 5
 	$(SUDO) $(PY) bench/spancost.py --spans 2000 --blocks 30 --rounds 5
+	$(SUDO) $(PY) bench/switches.py --steps 20000 --blocks 30 --rounds 5
 	$(SUDO) $(PY) bench/webload.py --rounds 20 --seconds 2
+	$(SUDO) $(PY) bench/asyncload.py --rounds 20 --seconds 2
 	$(SUDO) $(PY) bench/peers.py --rounds 3 --seconds 5
 	$(SUDO) $(PY) bench/scale.py --threads 1000 --processes 100
 
