@@ -73,8 +73,9 @@ tools:
 	$(SUDO) scripts/prometheus.sh path prometheus
 	$(SUDO) scripts/prometheus.sh path promtool
 
+# --durations: where the minutes went, in CI's log.
 test: host venv matrix rootfs tools wheels images test-sdk-min
-	$(SUDO) $(PY) -m pytest -ra tests
+	$(SUDO) $(PY) -m pytest -ra --durations=30 tests
 
 # The soak for 30 minutes (85 s per build and backend, 20 runs; CI runs 4 s each): every span's
 # invariants under thread churn, forks, re-instrumentation and a subinterpreter; what it ran and

@@ -2,7 +2,7 @@
 # One virtualenv per CPython of the verified matrix (.venv-matrix/3.X), from pyenv's
 # builds, with what the test workloads import, and otel_gil's C parts built in place for
 # each (ABI-tagged .so files side by side; the workloads import otel_gil from the checkout).
-# Idempotent; builds the venvs in parallel.
+# Idempotent (a no-op when nothing it reads changed); builds the venvs in parallel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=${PYENV_ROOT:-$HOME/.pyenv}
@@ -17,10 +17,19 @@ for v in 3.9 3.10 3.11 3.12 3.13; do
     pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
+# Built since the last change to what the build reads, and still there: nothing to do.
+built() {
+    local stamp=".venv-matrix/$1/.built"
+    [ -e "$stamp" ] && compgen -G "otel_gil/_inprocess.cpython-${1/./}-*.so" >/dev/null \
+        && [ -z "$(find setup.py pyproject.toml scripts/matrix-venvs.sh otel_gil -maxdepth 1 -newer "$stamp" \
+                   \( -name '*.[ch]' -o -name setup.py -o -name pyproject.toml -o -name matrix-venvs.sh \))" ]
+}
 for v in 3.9 3.10 3.11 3.12 3.13; do
     [ -x ".venv-matrix/$v/bin/python" ] || continue
+    built "$v" && continue
     ".venv-matrix/$v/bin/python" -m pip install -q "setuptools>=77"  # venvs made before: 3.9-3.11 bundle an older one
     ".venv-matrix/$v/bin/python" setup.py -q build_ext --inplace >/dev/null 2>&1
     ".venv-matrix/$v/bin/python" -c "import otel_gil._inprocess" \
         || { echo "matrix-venvs.sh: otel_gil._inprocess did not build for $v" >&2; exit 1; }
+    touch ".venv-matrix/$v/.built"
 done

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import BACKENDS, NOBODY, ROOT, Rootfs, Runner, interpreters, matrix_names, stack
+from helpers import BACKENDS, NOBODY, ROOT, Rootfs, Runner, interpreters, matrix_names, serving, stack
 
 
 @pytest.fixture(scope="session", params=BACKENDS)
@@ -33,7 +33,7 @@ def collector() -> stack.Service:
     try:
         # The usual soft fd limit (1024; the collector raises it to the hard one itself).
         hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-        service = stack.start_collector(sock, workdir / "collector.log", nofile=(min(1024, hard), hard))
+        service = serving(stack.start_collector(sock, workdir / "collector.log", nofile=(min(1024, hard), hard)))
     except stack.StackError as exc:
         pytest.fail(str(exc))
     yield service

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,6 +163,16 @@ def built_wheel(python: str, machine: str) -> Path:
     path = DIST / target.wheel_name()
     assert path.exists(), f"{path} is missing: run 'make wheels' (or 'make test')"
     return path
+
+
+def serving(collector: stack.Service, timeout: float = 30) -> stack.Service:
+    """``collector`` once it logged that it listens: its socket exists before its planner
+    workers do, and a count of its fds taken in between would miss theirs."""
+    deadline = time.monotonic() + timeout
+    while "listening on" not in collector.log_text():
+        assert time.monotonic() < deadline and collector.proc.poll() is None, collector.log_text()[-3000:]
+        time.sleep(0.05)
+    return collector
 
 
 def run_scenario(
