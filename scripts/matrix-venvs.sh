@@ -21,6 +21,7 @@ for pid in "${pids[@]}"; do wait "$pid"; done
 built() {
     local stamp=".venv-matrix/$1/.built"
     [ -e "$stamp" ] && compgen -G "otel_gil/_inprocess.cpython-${1/./}-*.so" >/dev/null \
+        && compgen -G "otel_gil/_fastspan.cpython-${1/./}-*.so" >/dev/null \
         && [ -z "$(find setup.py pyproject.toml scripts/matrix-venvs.sh otel_gil -maxdepth 1 -newer "$stamp" \
                    \( -name '*.[ch]' -o -name setup.py -o -name pyproject.toml -o -name matrix-venvs.sh \))" ]
 }
@@ -29,7 +30,7 @@ for v in 3.9 3.10 3.11 3.12 3.13; do
     built "$v" && continue
     ".venv-matrix/$v/bin/python" -m pip install -q "setuptools>=77"  # venvs made before: 3.9-3.11 bundle an older one
     ".venv-matrix/$v/bin/python" setup.py -q build_ext --inplace >/dev/null 2>&1
-    ".venv-matrix/$v/bin/python" -c "import otel_gil._inprocess" \
-        || { echo "matrix-venvs.sh: otel_gil._inprocess did not build for $v" >&2; exit 1; }
+    ".venv-matrix/$v/bin/python" -c "import otel_gil._inprocess, otel_gil._fastspan" \
+        || { echo "matrix-venvs.sh: otel_gil's C parts did not build for $v" >&2; exit 1; }
     touch ".venv-matrix/$v/.built"
 done
