@@ -1,7 +1,7 @@
 """FastAPI on uvicorn (its asyncio loop) under wrk on loopback: none vs OpenTelemetry vs
 OpenTelemetry + otel-gil (in-process), side by side.
 
-    .venv/bin/python bench/asyncload.py [--rounds 20] [--seconds 2]
+    .venv/bin/python bench/asyncload.py [--rounds 20] [--seconds 2] [--baseline CHECKOUT]
 
 The app (bench/asyncload_app.py) has /hello (a constant), /work (about 1 ms of pure Python
 in two steps) and /fanout (three gather children, each a span of its own). Three uvicorn
@@ -10,6 +10,8 @@ servers (one process each, the asyncio loop) run side by side on 127.0.0.1, one 
   otel           opentelemetry-instrument (FastAPI instrumentation; traces exported nowhere:
                  OTEL_TRACES_EXPORTER=none); otel-gil off (OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=gil)
   otel+gil       the same with otel-gil on, in-process: every task step and span a charge point
+  otel+gil-baseline  with ``--baseline``: the same with another checkout's otel-gil (its C parts
+                 built in place), e.g. the one before contexts were followed
 Load: wrk, 1 thread, 20 connections, sharing the machine's cores; each round loads every mode
 and route once for a few seconds, in rotating order, and the throughput ratio is the median
 over rounds of each round's own ratio. Writes the section "async http" of bench/RESULTS.md and
@@ -38,13 +40,14 @@ from webload import wrk  # noqa: E402
 
 MODES = ("none", "otel", "otel+gil")
 ROUTES = ("/hello", "/work", "/fanout")
-PORTS = {"none": 8095, "otel": 8096, "otel+gil": 8097}
+PORTS = {"none": 8095, "otel": 8096, "otel+gil": 8097, "otel+gil-baseline": 8098}
 BIN = Path(sys.executable).parent
 
 
-def start_server(mode: str, log: Path) -> subprocess.Popen:
+def start_server(mode: str, log: Path, baseline: Path | None = None) -> subprocess.Popen:
     argv = [str(BIN / "uvicorn"), "--port", str(PORTS[mode]), "--loop", "asyncio", "--no-access-log", "asyncload_app:app"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OTEL_SERVICE_NAME": "bench-async", "OTEL_TRACES_EXPORTER": "none",
+    checkout = baseline if mode == "otel+gil-baseline" else ROOT
+    env = {**os.environ, "PYTHONPATH": str(checkout), "OTEL_SERVICE_NAME": "bench-async", "OTEL_TRACES_EXPORTER": "none",
            "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none", "OTEL_GIL_BACKEND": "inprocess"}
     if mode != "none":
         argv = [str(BIN / "opentelemetry-instrument"), *argv]
@@ -72,24 +75,26 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=2, help="of load per mode, route and round")
+    parser.add_argument("--baseline", type=Path, help="another otel-gil checkout (C parts built in place) beside")
     args = parser.parse_args()
+    modes = MODES + (("otel+gil-baseline",) if args.baseline else ())
     work = Path(tempfile.mkdtemp(prefix="otel-gil-bench-"))
-    raw: dict[str, dict[str, list[dict]]] = {m: {r: [] for r in ROUTES} for m in MODES}
+    raw: dict[str, dict[str, list[dict]]] = {m: {r: [] for r in ROUTES} for m in modes}
     servers = []
     try:
-        for mode in MODES:
-            servers.append(start_server(mode, work / f"{mode}.log"))
+        for mode in modes:
+            servers.append(start_server(mode, work / f"{mode}.log", args.baseline))
             for route in ROUTES:
                 wrk(PORTS[mode], route, 2, connections=20)  # warm-up
         logged = (work / "otel+gil.log").read_text()
         if "no GIL figures" in logged or "cannot be followed" in logged:  # otel-gil's warnings (its one log line each)
             raise RuntimeError(f"otel+gil: otel-gil has no figures:\n{logged[-2000:]}")
         for i in range(args.rounds):
-            for mode in MODES[i % len(MODES):] + MODES[:i % len(MODES)]:
+            for mode in modes[i % len(modes):] + modes[:i % len(modes)]:
                 for route in ROUTES:
                     raw[mode][route].append(wrk(PORTS[mode], route, args.seconds, connections=20))
             print(f"round {i + 1}/{args.rounds}: " + ", ".join(
-                f"{m} {r} {raw[m][r][-1]['rps']:.0f}/s" for m in MODES for r in ROUTES), flush=True)
+                f"{m} {r} {raw[m][r][-1]['rps']:.0f}/s" for m in modes for r in ROUTES), flush=True)
     finally:
         for server in servers:
             server.terminate()
@@ -97,8 +102,10 @@ def main() -> int:
     results.OUT.mkdir(exist_ok=True)
     (results.OUT / "asyncload.json").write_text(json.dumps(raw, indent=1))
     med = {m: {r: {k: statistics.median(run[k] for run in raw[m][r]) for k in ("rps", "p50_ms", "p99_ms")}
-               for r in ROUTES} for m in MODES}
-    ratio = {r: statistics.median(g["rps"] / o["rps"] for g, o in zip(raw["otel+gil"][r], raw["otel"][r])) for r in ROUTES}
+               for r in ROUTES} for m in modes}
+
+    def ratio(mode: str) -> dict[str, float]:
+        return {r: statistics.median(g["rps"] / o["rps"] for g, o in zip(raw[mode][r], raw["otel"][r])) for r in ROUTES}
     lines = [
         f"`.venv/bin/python bench/asyncload.py --rounds {args.rounds} --seconds {args.seconds:g}` on {results.machine()}. "
         f"FastAPI on uvicorn's asyncio loop (one process), one server per mode side by side, wrk -t1 -c20 "
@@ -111,12 +118,15 @@ def main() -> int:
         "|---|---|---|---|---|---|---|",
         *(f"| {r} | {m} | {med[m][r]['rps']:.0f} | {med[m][r]['rps'] / med['none'][r]['rps']:.3f}x | "
           f"{med[m][r]['rps'] / med['otel'][r]['rps']:.3f}x | {med[m][r]['p50_ms']:.2f} | {med[m][r]['p99_ms']:.2f} |"
-          for r in ROUTES for m in MODES),
+          for r in ROUTES for m in modes),
         "",
         "otel-gil's throughput on top of OpenTelemetry, in-process: " + ", ".join(
-            f"{r} **{100 * ratio[r]:.1f} %**" for r in ROUTES)
-        + f" (target ≥ 97 %: {'met' if min(ratio.values()) >= 0.97 else 'not met'}).",
+            f"{r} **{100 * ratio('otel+gil')[r]:.1f} %**" for r in ROUTES)
+        + f" (target ≥ 97 %: {'met' if min(ratio('otel+gil').values()) >= 0.97 else 'not met'}).",
     ]
+    if args.baseline:
+        lines.append(f"\nWith {args.baseline}'s otel-gil (`--baseline`, side by side): " + ", ".join(
+            f"{r} {100 * ratio('otel+gil-baseline')[r]:.1f} %" for r in ROUTES) + ".")
     body = "\n".join(lines)
     results.write_section("async http", body)
     print(body)
