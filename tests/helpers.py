@@ -69,9 +69,10 @@ def rootfs_interpreters() -> list[tuple[str, str, str]]:
     return [(fs, v, how) for fs, versions in ROOTFS_PYTHONS.items() for v in versions for how in ISOLATIONS]
 
 
-def matrix_names() -> list[str]:
-    """Every build of the verified matrix, by the name ``Rootfs.runner``/``interpreters()`` know it."""
-    return [*interpreters(), *(f"{fs}-{v}-{how}" for fs, v, how in rootfs_interpreters())]
+def matrix_names(isolations: tuple[str, ...] = ISOLATIONS) -> list[str]:
+    """Every build of the verified matrix, by the name ``Rootfs.runner``/``interpreters()`` know it,
+    the trees' builds in each of ``isolations``."""
+    return [*interpreters(), *(f"{fs}-{v}-{how}" for fs, v, how in rootfs_interpreters() if how in isolations)]
 
 
 # The tree bound at another path in a private mount namespace, then chrooted into: the

@@ -3,11 +3,20 @@
 linked, where drop_gil is inlined into os_stat, _Py_read, ... and take_gil is
 found through PyEval_AcquireLock's call; Debian sid's 3.13, 3.14 and 3.15 and
 bullseye's 3.9 (glibc 2.31, whose pthread_cond_* live in libpthread.so.0), each
-in a container (pivot_root, own pid namespace) and in a plain chroot."""
+in a container (pivot_root, own pid namespace), and registered with the collector
+from a plain chroot (its root in the collector's mount and pid namespaces)."""
 
-from helpers import check_hog_ground_truth, run_scenario, span
+import pytest
+
+from helpers import BACKENDS, check_hog_ground_truth, matrix_names, run_scenario, span
+
+# Chrooted, a build is registered from files found another way (/proc/<pid>/map_files/: its maps
+# paths include the root), and probed as in its container; the in-process hooks see no root at all.
+HOG_CASES = [(b, name) for b in BACKENDS for name in matrix_names(("container",))] + [
+    ("collector", name) for name in matrix_names() if name.endswith("-chroot")]
 
 
+@pytest.mark.parametrize("backend, interpreter", HOG_CASES, indirect=["interpreter"])
 def test_hog_ground_truth(collector, backend, interpreter):
     check_hog_ground_truth(run_scenario("hog", collector.address, "--bursts", "5", "--burst-ms", "100",
                                         runner=interpreter, backend=backend))
