@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import BACKENDS, NOBODY, ROOT, Rootfs, Runner, interpreters, matrix_names, serving, stack
+from helpers import (BACKENDS, HOG_BURST_MS, HOG_BURSTS, NOBODY, ROOT, Rootfs, Runner, interpreters, matrix_names,
+                     run_scenario, serving, stack)
 
 
 @pytest.fixture(scope="session", params=BACKENDS)
@@ -45,6 +46,14 @@ def collector() -> stack.Service:
         pytest.fail("the collector did not stop on SIGTERM")
     assert service.proc.returncode == 0, service.log_text()
     shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def hog_report(collector, backend) -> dict:
+    """The hog scenario (HOG_BURSTS bursts of HOG_BURST_MS ms) with this session's backend: run
+    once for the modules that each check part of it (ground truth, blame, metric counters)."""
+    return run_scenario("hog", collector.address, "--bursts", str(HOG_BURSTS), "--burst-ms", str(HOG_BURST_MS),
+                        backend=backend)
 
 
 @pytest.fixture(scope="session")

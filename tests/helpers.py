@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "tests" / "workloads" / "scenarios.py"
 REPORT_TARGET = ROOT / "tests" / "workloads" / "report_target.py"  # for otel-gil report/top: no otel_gil inside
 BURST_NS = 50_000_000  # report_target.py's burst
+HOG_BURSTS, HOG_BURST_MS = 10, 50  # the hog scenario the session runs once per backend (conftest.hog_report)
 LOAD = ROOT / "examples" / "load.py"
 NOBODY = 65534
 DIST = ROOT / "dist"
