@@ -167,14 +167,19 @@ def built_wheel(python: str, machine: str) -> Path:
     return path
 
 
-def serving(collector: stack.Service, timeout: float = 30) -> stack.Service:
+def logged(service: stack.Service, text: str, timeout: float = 30) -> stack.Service:
+    """``service`` once its log has ``text`` (polled every 50 ms; fails at ``timeout`` or if it exits)."""
+    deadline = time.monotonic() + timeout
+    while text not in service.log_text():
+        assert time.monotonic() < deadline and service.proc.poll() is None, (text, service.log_text()[-3000:])
+        time.sleep(0.05)
+    return service
+
+
+def serving(collector: stack.Service) -> stack.Service:
     """``collector`` once it logged that it listens: its socket exists before its planner
     workers do, and a count of its fds taken in between would miss theirs."""
-    deadline = time.monotonic() + timeout
-    while "listening on" not in collector.log_text():
-        assert time.monotonic() < deadline and collector.proc.poll() is None, collector.log_text()[-3000:]
-        time.sleep(0.05)
-    return collector
+    return logged(collector, "listening on")
 
 
 def run_scenario(
