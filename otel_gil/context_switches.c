@@ -487,7 +487,8 @@ void context_start(Hooks *hooks, Start *start, PyObject *span)
 	if (tc->tracer == NULL)
 		trace_greenlets(tc);
 #if PY_VERSION_HEX < 0x030E0000
-	check_loop(tc);
+	if (tc->switches == 0) /* a thread whose switches the hooks see runs a stdlib loop, if any */
+		check_loop(tc);
 #endif
 	if (hooks->ring != start->ring)
 		return;

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import BACKENDS, NOBODY, ROOT, Rootfs, Runner, interpreters, matrix_names, serving, stack
+from helpers import (BACKENDS, HOG_BURST_MS, HOG_BURSTS, NOBODY, ROOT, Rootfs, Runner, interpreters, matrix_names,
+                     run_scenario, serving, stack)
 
 
 @pytest.fixture(scope="session", params=BACKENDS)
@@ -48,6 +49,14 @@ def collector() -> stack.Service:
 
 
 @pytest.fixture(scope="session")
+def hog_report(collector, backend) -> dict:
+    """The hog scenario (HOG_BURSTS bursts of HOG_BURST_MS ms) with this session's backend: run
+    once for the modules that each check part of it (ground truth, blame, metric counters)."""
+    return run_scenario("hog", collector.address, "--bursts", str(HOG_BURSTS), "--burst-ms", str(HOG_BURST_MS),
+                        backend=backend)
+
+
+@pytest.fixture(scope="session")
 def matrix_runner(collector):
     """name -> Runner for every build of the matrix (helpers.matrix_names): the host's, and
     those of scripts/rootfs.sh's trees, each tree set up on first use and undone at the end."""
@@ -66,9 +75,14 @@ def matrix_runner(collector):
         tree.close()
 
 
-@pytest.fixture(params=matrix_names())
+@pytest.fixture(params=matrix_names(("container",)))
 def interpreter(request, matrix_runner) -> Runner:
-    """Each build of the verified matrix in turn (README's table)."""
+    """Each build of the verified matrix in turn (README's table), Debian's in a container. In
+    a chroot, what a check reads or counts is what it is in the container: whoever attaches from
+    outside reads the same files (probes._host_path: a container's through /proc/<pid>/root, a
+    chroot's, whose maps paths include the root, through /proc/<pid>/map_files/), the in-process
+    hooks see no root, and a chroot's pid namespace is the host builds' own. test_interpreters
+    registers every build from a chroot too: that finding of its files."""
     return matrix_runner(request.param)
 
 

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "tests" / "workloads" / "scenarios.py"
 REPORT_TARGET = ROOT / "tests" / "workloads" / "report_target.py"  # for otel-gil report/top: no otel_gil inside
 BURST_NS = 50_000_000  # report_target.py's burst
+HOG_BURSTS, HOG_BURST_MS = 10, 50  # the hog scenario the session runs once per backend (conftest.hog_report)
 LOAD = ROOT / "examples" / "load.py"
 NOBODY = 65534
 DIST = ROOT / "dist"
@@ -69,9 +70,10 @@ def rootfs_interpreters() -> list[tuple[str, str, str]]:
     return [(fs, v, how) for fs, versions in ROOTFS_PYTHONS.items() for v in versions for how in ISOLATIONS]
 
 
-def matrix_names() -> list[str]:
-    """Every build of the verified matrix, by the name ``Rootfs.runner``/``interpreters()`` know it."""
-    return [*interpreters(), *(f"{fs}-{v}-{how}" for fs, v, how in rootfs_interpreters())]
+def matrix_names(isolations: tuple[str, ...] = ISOLATIONS) -> list[str]:
+    """Every build of the verified matrix, by the name ``Rootfs.runner``/``interpreters()`` know it,
+    the trees' builds in each of ``isolations``."""
+    return [*interpreters(), *(f"{fs}-{v}-{how}" for fs, v, how in rootfs_interpreters() if how in isolations)]
 
 
 # The tree bound at another path in a private mount namespace, then chrooted into: the
@@ -165,14 +167,19 @@ def built_wheel(python: str, machine: str) -> Path:
     return path
 
 
-def serving(collector: stack.Service, timeout: float = 30) -> stack.Service:
+def logged(service: stack.Service, text: str, timeout: float = 30) -> stack.Service:
+    """``service`` once its log has ``text`` (polled every 50 ms; fails at ``timeout`` or if it exits)."""
+    deadline = time.monotonic() + timeout
+    while text not in service.log_text():
+        assert time.monotonic() < deadline and service.proc.poll() is None, (text, service.log_text()[-3000:])
+        time.sleep(0.05)
+    return service
+
+
+def serving(collector: stack.Service) -> stack.Service:
     """``collector`` once it logged that it listens: its socket exists before its planner
     workers do, and a count of its fds taken in between would miss theirs."""
-    deadline = time.monotonic() + timeout
-    while "listening on" not in collector.log_text():
-        assert time.monotonic() < deadline and collector.proc.poll() is None, collector.log_text()[-3000:]
-        time.sleep(0.05)
-    return collector
+    return logged(collector, "listening on")
 
 
 def run_scenario(

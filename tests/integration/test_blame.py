@@ -5,9 +5,8 @@ import statistics
 
 import pytest
 
-from helpers import run_scenario, span, within
+from helpers import HOG_BURSTS as BURSTS, run_scenario, span, within
 
-BURSTS, BURST_MS = 10, 50
 
 
 def _waits(report: dict, name: str) -> list[dict]:
@@ -53,11 +52,6 @@ def test_each_wait_breaks_down_to_its_length(requests_report):
         assert within(_parts_ms(w), w["gil.wait_ms"], rel=0.05, abs_ms=0.005), w
         assert w["gil.blocker.hold_ms"] <= w["gil.wait_ms"] + 0.005, w
         assert list(w["gil.blockers.hold_ms"]) == sorted(w["gil.blockers.hold_ms"], reverse=True), w
-
-
-@pytest.fixture(scope="module")
-def hog_report(collector, backend):
-    return run_scenario("hog", collector.address, "--bursts", str(BURSTS), "--burst-ms", str(BURST_MS), backend=backend)
 
 
 def test_the_pydll_hog_held_the_gil_for_its_bursts(hog_report):

@@ -10,14 +10,12 @@ import statistics
 
 import pytest
 
-from helpers import run_scenario, span, within
-
-BURSTS, BURST_MS = 10, 50
+from helpers import HOG_BURST_MS as BURST_MS, HOG_BURSTS as BURSTS, span, within
 
 
-@pytest.fixture(scope="module")
-def report(collector, backend):
-    return run_scenario("hog", collector.address, "--bursts", str(BURSTS), "--burst-ms", str(BURST_MS), backend=backend)
+@pytest.fixture
+def report(hog_report):
+    return hog_report
 
 
 def test_victim_wait_matches_the_bursts(report):

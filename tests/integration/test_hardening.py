@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, run_scenario, stack
+from helpers import ROOT, logged, run_scenario, stack
 from otel_gil import protocol
 
 FUZZ = ROOT / "tests" / "fuzz"
@@ -216,22 +216,25 @@ def test_thread_churn_keeps_every_span_right(collector, backend):
 
 
 def test_kill_9_and_restart_of_the_collector():
-    """The app keeps running and logs once; spans say why they lack figures; after a
-    restart the app re-registers by itself and figures resume."""
+    """The app keeps running and logs once; spans say why they lack figures (while the new
+    collector compiles); after a restart the app re-registers by itself and figures resume."""
     work = Path(tempfile.mkdtemp(prefix="otel-gil-restart-"))
     sock = str(work / "gil.sock")
     first = stack.start_collector(sock, work / "first.log")
     app = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "workloads" / "scenarios.py"), "service", sock, "--seconds", "12"],
+        [sys.executable, str(ROOT / "tests" / "workloads" / "scenarios.py"), "service", sock, "--seconds", "60"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
+    registered = f"pid {app.pid} (uid 0) registered"
     try:
-        time.sleep(3)
+        logged(first, registered)
         first.proc.send_signal(signal.SIGKILL)
         first.proc.wait()
-        time.sleep(2)
         second = stack.start_collector(sock, work / "second.log")
         try:
+            logged(second, registered, timeout=45)
+            time.sleep(1)  # 50 spans with figures again
+            app.send_signal(signal.SIGUSR1)
             out, err = app.communicate(timeout=60)
         finally:
             second.stop()

@@ -1,14 +1,15 @@
 """Metrics against the same ground truth as spans, read through the SDK's in-memory
-reader: cumulative counters per thread name, exact and monotonic across thread exits."""
+reader: cumulative counters per thread name, exact and monotonic across thread exits,
+with both writers (the session's hog run, conftest.hog_report)."""
 
 import pytest
 
-from helpers import run_scenario, within
+from helpers import HOG_BURSTS, within
 
 
-@pytest.fixture(scope="module")
-def report(collector):
-    return run_scenario("hog", collector.address, "--bursts", "10", "--burst-ms", "50")
+@pytest.fixture
+def report(hog_report):
+    return hog_report
 
 
 def test_counters_match_the_bursts(report):
@@ -17,7 +18,7 @@ def test_counters_match_the_bursts(report):
     victim_wait_s = report["truth"]["victim_wait_ns"] / 1e9
     assert within(alive["gil.hold.time"]["gil-hog"], bursts_s, abs_ms=0.0005), alive["gil.hold.time"]
     assert within(alive["gil.wait.time"]["victim"], victim_wait_s, abs_ms=0.0005), alive["gil.wait.time"]
-    assert alive["gil.convoy_waits"]["victim"] == 10
+    assert alive["gil.convoy_waits"]["victim"] == HOG_BURSTS
     assert alive["gil.wait.time"]["gil-hog"] < 0.05 * bursts_s
 
 

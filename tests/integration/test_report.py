@@ -58,7 +58,7 @@ def test_report_json_against_ground_truth():
 
 
 def test_report_on_every_interpreter(interpreter):
-    """`report` attaches to each build of the matrix whatever its root (container, chroot),
+    """`report` attaches to each build of the matrix whatever its root (a container's),
     names threads as `threading` does (read from the process's memory: CPython names OS
     threads only from 3.14, and /proc cuts names at 15 characters), and measures the hog."""
     target, _ = start_target(bursts=5, runner=interpreter)

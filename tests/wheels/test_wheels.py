@@ -3,25 +3,27 @@ venv of the CPython it is for, by ``pip install --no-index --only-binary :all:``
 directory outside the checkout with a wheelhouse of otel-gil's dependencies (filled by that
 venv's own pip, so with its own tags; cached), then the hog scenario with the in-process
 backend, whose figures must match the PyDLL ground truth while otel_gil and both C parts are
-imported from that venv, and (x86_64) the tasks scenario: asyncio requests' own figures against
-their truth, their switches seen by the wheel's C parts.
+imported from that venv.
 
 - x86_64, on this host: pyenv's 3.9-3.13 (``make matrix``), as root (they live in its home);
 - x86_64, in Debian trees with no compiler and no Python.h (scripts/rootfs.sh), as nobody:
   bullseye's 3.9 (glibc 2.31) and sid's 3.13, 3.14, 3.15; ground truth within 5 %;
-- aarch64, in sid's arm64 tree under qemu-user-static, as nobody: 3.13, 3.14, 3.15 install,
-  the hooks install, and the hog's hold is seen within 10 %.
+- aarch64, in sid's arm64 tree under qemu-user-static, as nobody: 3.13, 3.14, 3.15 install
+  (the three at once), the hooks install, and the hog's hold is seen within 10 %.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import tempfile
 import zipfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -50,14 +52,16 @@ class Place:
     """Where a venv is made and run: this host (``tree`` None) or a Debian tree, entered with
     chroot in a mount namespace of its own with /proc, and with a clean environment."""
 
-    def __init__(self, tree: Path | None) -> None:
+    def __init__(self, tree: Path | None, wheelhouse: str = "") -> None:
         self.tree = tree
         base = tree / "tmp" if tree else Path(tempfile.gettempdir())
         self.host_dir = Path(tempfile.mkdtemp(prefix="otel-gil-wheel-", dir=base))
         os.chmod(self.host_dir, 0o755)  # nobody runs the venv
         self.dir = "/" + str(self.host_dir.relative_to(tree)) if tree else str(self.host_dir)
-        # pip's downloads, kept with the tree (its recipe) or in the cache
-        self.wheelhouse = "/var/cache/otel-gil-wheelhouse" if tree else str(CACHE / "wheelhouse")
+        # pip's downloads, kept with the tree (its recipe) or in the cache; ``wheelhouse``: a
+        # subdirectory of its own, for a pip that runs beside others (pip download writes in place)
+        self.wheelhouse = ("/var/cache/otel-gil-wheelhouse" if tree else str(CACHE / "wheelhouse")) \
+            + (f"/{wheelhouse}" if wheelhouse else "")
 
     def run(self, *argv: str, user: int | None = None, env: dict | None = None, ok=(0,)) -> subprocess.CompletedProcess:
         env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent" if user else "/root", "LANG": "C.UTF-8",
@@ -103,11 +107,11 @@ def install(place: Place, python: str, *wheels_: Path, venv_options: tuple[str, 
     return venv
 
 
-def install_and_run_hog(place: Place, version: str, python: str, wheel: Path, tasks: bool = False) -> dict:
-    """The wheel installed (install) and the hog scenario run in that venv with the in-process
+def run_hog(place: Place, version: str, venv: str, wheel: Path, tasks: bool = False) -> dict:
+    """The hog scenario run in ``venv``, where ``wheel`` is installed, with the in-process
     backend (as nobody in a tree; the host's pyenv lives in root's home); its report, and with
     ``tasks`` the tasks scenario's too (``report["tasks"]``: asyncio requests' own figures)."""
-    venv, work = install(place, python, wheel), place.dir
+    work = place.dir
     for script in (SCENARIOS, SCENARIOS.parent / "own_time.py"):
         shutil.copy2(script, place.host_dir / script.name)
     user = NOBODY if place.tree else None
@@ -162,29 +166,74 @@ def place(request):
         p.close()
 
 
+Venvs = dict[tuple[str, str], tuple[Place, Future]]
+
+
+@contextlib.contextmanager
+def installed_at_once(trees, targets: list[tuple[str, str]], machine: str) -> Iterator[Venvs]:
+    """(tree, version) -> (its place, the future of install()'s venv) for the ``machine`` wheel
+    of each target (tree ``host``: this host's pyenv CPython), installed all at once and done
+    when every one is: the hogs, which time the GIL, then run with no install busy beside them."""
+    places = {(tree, v): Place(None if tree == "host" else trees(tree), wheelhouse=v) for tree, v in targets}
+
+    def install_one(tree: str, version: str) -> str:
+        python = wheels.pyenv_python(version) if tree == "host" else f"/usr/bin/python{version}"
+        assert python, f"no pyenv CPython {version} (make matrix needs them too)"
+        return install(places[tree, version], str(python), built_wheel(version, machine))
+
+    try:
+        with ThreadPoolExecutor(len(places)) as pool:
+            venvs = {key: pool.submit(install_one, *key) for key in places}
+        yield {key: (places[key], venvs[key]) for key in places}
+    finally:
+        for where in places.values():
+            where.close()
+
+
+def hog_in(venvs: Venvs, tree: str, version: str, machine: str, tasks: bool = False) -> dict:
+    """run_hog's report in the venv ``venvs`` made for (tree, version)."""
+    where, venv = venvs[tree, version]
+    report = run_hog(where, version, venv.result(), built_wheel(version, machine), tasks)
+    assert report["machine"] == machine
+    return report
+
+
+X86_64 = [("host", v) for v in MATRIX] + [(t, v) for t, (m, vs) in TREES.items() if m == "x86_64" for v in vs]
+AARCH64 = [(t, v) for t, (machine, vs) in TREES.items() if machine == "aarch64" for v in vs]
+
+
+@pytest.fixture(scope="module")
+def x86_64_venvs(trees) -> Iterator[Venvs]:
+    """Every x86_64 wheel's venv, made at once (pip's downloads overlap)."""
+    with installed_at_once(trees, X86_64, "x86_64") as venvs:
+        yield venvs
+
+
+@pytest.fixture(scope="module")
+def aarch64_venvs(trees) -> Iterator[Venvs]:
+    """Every aarch64 wheel's venv, made at once: pip under qemu keeps a core busy ~3.3 minutes a
+    wheel, so two cores make the three in ~5 minutes instead of 10."""
+    with installed_at_once(trees, AARCH64, "aarch64") as venvs:
+        yield venvs
+
+
 @pytest.mark.parametrize("version", MATRIX)
-def test_wheel_on_this_host(version, place):
-    python = wheels.pyenv_python(version)
-    assert python, f"no pyenv CPython {version} (make matrix needs them too)"
-    report = install_and_run_hog(place(None), version, str(python), built_wheel(version, "x86_64"), tasks=True)
+def test_wheel_on_this_host(version, x86_64_venvs):
+    report = hog_in(x86_64_venvs, "host", version, "x86_64", tasks=True)
     check_hog_ground_truth(report)
     check_tasks_ground_truth(report["tasks"])
 
 
-@pytest.mark.parametrize("tree,version", [(t, v) for t, (machine, vs) in TREES.items() if machine == "x86_64" for v in vs])
-def test_wheel_without_a_compiler(tree, version, trees, place):
-    report = install_and_run_hog(place(trees(tree)), version, f"/usr/bin/python{version}",
-                                 built_wheel(version, "x86_64"), tasks=True)
-    assert report["machine"] == "x86_64"
+@pytest.mark.parametrize("tree,version", X86_64[len(MATRIX):])
+def test_wheel_without_a_compiler(tree, version, x86_64_venvs):
+    report = hog_in(x86_64_venvs, tree, version, "x86_64", tasks=True)
     check_hog_ground_truth(report)
     check_tasks_ground_truth(report["tasks"])
 
 
-@pytest.mark.parametrize("tree,version", [(t, v) for t, (machine, vs) in TREES.items() if machine == "aarch64" for v in vs])
-def test_aarch64_wheel_under_qemu(tree, version, trees, place):
-    report = install_and_run_hog(place(trees(tree)), version, f"/usr/bin/python{version}",
-                                 built_wheel(version, "aarch64"))
-    assert report["machine"] == "aarch64"
+@pytest.mark.parametrize("tree,version", AARCH64)
+def test_aarch64_wheel_under_qemu(tree, version, aarch64_venvs):
+    report = hog_in(aarch64_venvs, tree, version, "aarch64")
     hog = span(report, "hog")["attributes"]
     assert "gil.status" not in hog, report["stderr"]
     truth_ms = sum(report["truth"]["bursts_ns"]) / 1e6

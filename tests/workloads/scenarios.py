@@ -16,6 +16,7 @@ import dis
 import json
 import os
 import platform
+import signal
 import sys
 import threading
 import time
@@ -345,10 +346,12 @@ def cfork(tracer, args) -> dict:
 
 
 def service(tracer, args) -> dict:
-    """A long-running app: a span every 20 ms, each holding the GIL 1 ms, for a while;
-    prints progress lines so a test can kill and restart the collector meanwhile."""
+    """A long-running app: a span every 20 ms, each holding the GIL 1 ms, until SIGUSR1 (at
+    most ``--seconds``), so that a test can kill and restart the collector meanwhile."""
+    stopped = threading.Event()
+    signal.signal(signal.SIGUSR1, lambda *_: stopped.set())
     deadline = time.monotonic() + args.seconds
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not stopped.is_set():
         with tracer.start_as_current_span("tick"):
             _gil_holding_libc.usleep(1000)
         time.sleep(0.02)
