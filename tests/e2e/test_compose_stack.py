@@ -29,6 +29,8 @@ APPS = {**HOGS, CALM: ("flask-gil-calm", "GET /io")}
 PORTS = {"jaeger": 26686, "prometheus": 29090, **{app: 28000 + i for i, app in enumerate(APPS)}}
 PROJECT = "otel-gil-test"
 SAMPLE_PERCENT = 5
+CALM_IO_SHARE = 0.01  # of a hog app's /io requests, those not GIL-bound by the policy's figures (may_drop)
+DECIDED_S = 15  # the tail sampling's decision_wait (5 s) and the batches after it
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -92,13 +94,25 @@ def traces(project: compose.Stack, name: str, since_us: int) -> dict[str, list[d
     return found
 
 
-def wait_for_traces(project: compose.Stack, name: str, ids: set[str], since_us: int, timeout: float = 60):
-    """Jaeger's traces of ``name`` once every one of ``ids`` is there (tail sampling decides 5 s
-    after a trace's first span), or at ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not ids <= (found := traces(project, name, since_us)).keys() and time.monotonic() < deadline:
+def wait_for_traces(project: compose.Stack, name: str, ids: set[str], since_us: int, timeout: float = 60) -> dict:
+    """Jaeger's traces of ``name`` once every one of ``ids`` is there, or all but those the tail
+    sampling may drop (:func:`may_drop`) once it had time to decide on them all (5 s after a
+    trace's first span, then the batch), or at ``timeout``."""
+    start = time.monotonic()
+    while True:
+        found = traces(project, name, since_us)
+        missing, waited = len(ids - found.keys()), time.monotonic() - start
+        if not missing or (missing <= may_drop(len(ids)) and waited >= DECIDED_S) or waited >= timeout:
+            return found
         time.sleep(1)
-    return found
+
+
+def may_drop(sent: int) -> int:
+    """How many of ``sent`` requests to a hog app's /io the tail sampling may drop, at most (a
+    1 in 10,000 chance of more): a request that waited under half its time, in waits shorter
+    than a switch interval, is no GIL-bound trace by the policy's figures (2 in 300 here, so at
+    most 1 %), and goes with the rest (5 % kept)."""
+    return binomial_bounds(sent, CALM_IO_SHARE)[1]
 
 
 def gil_bound(spans: list[dict]) -> bool:
@@ -137,9 +151,9 @@ def test_both_apps_spans_carry_the_collectors_figures(project):
     for service, ids in sent.items():
         found = wait_for_traces(project, HOGS[service][0], ids, since)
         missing = ids - found.keys()
-        if missing:
+        if len(missing) > may_drop(len(ids)):
             pytest.fail(str(project.failed(service, f"{len(missing)} of its {len(ids)} traces never reached Jaeger")))
-        for trace_id in ids:
+        for trace_id in found.keys() & ids:
             tags = server_span(found[trace_id], service)["tags"]
             assert "gil.status" not in tags and tags["gil.wait_ms"] + tags["gil.hold_ms"] > 0, tags
         blockers = [s["tags"].get("gil.blocker.thread.name") for spans in found.values() for s in spans
@@ -159,8 +173,9 @@ def binomial_bounds(n: int, p: float, tail: float = 1e-4) -> tuple[int, int]:
 
 def test_tail_sampling_keeps_every_gil_bound_trace(project):
     """400 requests, 100 of them GIL-bound (the hog app's /io) and 300 calm (the hog-free app's):
-    every GIL-bound trace reaches Jaeger, and of the calm ones that the policy does not keep
-    anyway, the share kept is SAMPLE_PERCENT within the binomial bound."""
+    the GIL-bound traces reach Jaeger (all but the few that did not wait enough: may_drop), each
+    kept for its figures, and of the calm ones that the policy does not keep anyway, the share
+    kept is SAMPLE_PERCENT within the binomial bound."""
     since = now_us()
     bound = send(project, "flask-app", 100, 4)
     calm = send(project, CALM, 300, 2)
@@ -168,13 +183,15 @@ def test_tail_sampling_keeps_every_gil_bound_trace(project):
     time.sleep(10)  # the calm traces' decisions: decision_wait (5 s) after their first span, then the batch
     kept_calm = traces(project, APPS[CALM][0], since)
     missing = bound - kept_bound.keys()
-    assert not missing, project.failed("otel-collector", f"{len(missing)} of 100 GIL-bound traces were dropped")
-    assert all(gil_bound(kept_bound[t]) for t in bound), "a hog app's /io trace without a gil.wait span"
+    assert len(missing) <= may_drop(len(bound)), \
+        project.failed("otel-collector", f"{len(missing)} of 100 GIL-bound traces were dropped")
+    by_figures = {t for t in bound - missing if gil_bound(kept_bound[t])}
+    assert len(bound) - len(by_figures) <= may_drop(len(bound)), "hog app's /io traces kept, but not GIL-bound"
     assert kept_calm.keys() <= calm, "a calm trace that the test did not send"
     by_policy = {t for t, spans in kept_calm.items() if gil_bound(spans)}  # calm, yet waited (a busy machine)
     sampled = len(kept_calm) - len(by_policy)
     low, high = binomial_bounds(len(calm) - len(by_policy), SAMPLE_PERCENT / 100)
-    print(f"tail sampling: {len(bound)}/{len(bound)} GIL-bound traces kept; of {len(calm)} calm ones "
+    print(f"tail sampling: {len(by_figures)}/{len(bound)} hog /io traces kept as GIL-bound; of {len(calm)} calm ones "
           f"{len(by_policy)} kept as GIL-bound and {sampled} of {len(calm) - len(by_policy)} sampled "
           f"(bounds {low}..{high} at {SAMPLE_PERCENT} %)")
     assert low <= sampled <= high, (sampled, low, high)
@@ -209,10 +226,11 @@ def test_spans_fall_back_to_in_process_figures_when_the_collector_stops(project)
     time.sleep(2)  # the apps see the collector hang up
     since = now_us()
     ids = send(project, "flask-app", 20, 4)
-    found = wait_for_traces(project, HOGS["flask-app"][0], ids, since, timeout=15)
+    found = wait_for_traces(project, HOGS["flask-app"][0], ids, since)
     statuses = [server_span(found[t], "flask-app")["tags"].get("gil.status") for t in ids & found.keys()]
-    assert ids <= found.keys(), (f"{len(ids - found.keys())} of 20 traces not kept (without figures they are calm to "
-                                 f"the sampler); those kept say gil.status {statuses}")
+    assert len(ids - found.keys()) <= may_drop(len(ids)), \
+        (f"{len(ids - found.keys())} of 20 traces not kept (without figures they are calm to "
+         f"the sampler); those kept say gil.status {statuses}")
     assert not any(statuses), statuses
 
 

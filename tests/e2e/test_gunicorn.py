@@ -3,6 +3,7 @@ with the collector on its first span, or its in-process ring started afresh), sy
 with and without --preload; the slowest requests name the GIL hog as their top blocker."""
 
 import os
+import time
 
 import pytest
 
@@ -52,12 +53,23 @@ def test_every_worker_reports_figures(app, collector, backend, framework, server
 
 def test_the_slowest_requests_name_the_hog_as_top_blocker(app, backend):
     """gthread workers serve requests on several threads: the last thread to hand them the GIL
-    is often another request, but the one that held it longest is the metrics-collector."""
+    is often another request, but the one that held it longest is the metrics-collector. After
+    a warm-up: the first requests wait on the first one's thread, busy with what a fresh
+    worker does once (imports, its first span), and rightly name it."""
     svc = app("flask", "gthread", "flask-gunicorn-blame", workers=1, hog=True)
+    drive(svc.address, "/io", 8, concurrency=4)
+    since_us = time.time_ns() // 1000
     drive(svc.address, "/io", 80, concurrency=4)
-    spans = sorted(server_spans(f"flask-gunicorn-blame-{backend}", "GET /io", 80), key=lambda s: s["duration"], reverse=True)[:10]
+    served = [s for s in server_spans(f"flask-gunicorn-blame-{backend}", "GET /io", 88) if s["startTime"] >= since_us]
+    assert len(served) == 80, len(served)
+    spans = sorted(served, key=lambda s: s["duration"], reverse=True)[:10]
     tops = [s["tags"].get("gil.top_blocker.thread.name") for s in spans]
-    assert tops.count("metrics-collector") >= 9, tops
+    # Another request's thread is the top blocker only by holding longer than the hog did
+    # meanwhile (seen: one hold of ~60 ms, as a garbage collection or a preemption of the
+    # holder makes), in some of the slowest requests; never for the last hand-off alone.
+    assert tops.count("metrics-collector") >= 6, tops
+    others = [s["tags"]["gil.top_blocker.hold_ms"] for s in spans if s["tags"].get("gil.top_blocker.thread.name") != "metrics-collector"]
+    assert all(held >= 20 for held in others), others
     for s in spans:
         tags = s["tags"]
         if tags.get("gil.top_blocker.thread.name") == "metrics-collector":

@@ -217,13 +217,16 @@ def test_thread_churn_keeps_every_span_right(collector, backend):
 
 def test_kill_9_and_restart_of_the_collector():
     """The app keeps running and logs once; spans say why they lack figures (while the new
-    collector compiles); after a restart the app re-registers by itself and figures resume."""
+    collector compiles); after a restart the app re-registers by itself and figures resume.
+    The collector backend, as asked for: the auto one traces in-process meanwhile
+    (tests/e2e/test_collector_restart.py)."""
     work = Path(tempfile.mkdtemp(prefix="otel-gil-restart-"))
     sock = str(work / "gil.sock")
     first = stack.start_collector(sock, work / "first.log")
     app = subprocess.Popen(
         [sys.executable, str(ROOT / "tests" / "workloads" / "scenarios.py"), "service", sock, "--seconds", "60"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OTEL_GIL_BACKEND": "collector"},
     )
     registered = f"pid {app.pid} (uid 0) registered"
     try:

@@ -19,6 +19,7 @@ shutil.copy2(sys.executable, sys.executable + ".new")
 os.replace(sys.executable + ".new", sys.executable)
 assert os.readlink("/proc/self/exe").endswith(" (deleted)")
 sys.argv = sys.argv[1:]
+sys.path.insert(0, os.path.dirname(sys.argv[0]))  # as 'python script.py' does
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 

@@ -38,6 +38,7 @@ TREES = {
 }
 CACHE = Path(os.environ.get("OTEL_GIL_CACHE", "/var/cache/otel-gil"))
 HOG = ("hog", "/nonexistent/otel-gil.sock", "--bursts", "5", "--burst-ms", "100")
+WORKLOADS = (SCENARIOS, SCENARIOS.parent / "own_time.py")  # scenarios.py imports own_time
 COMPILERS = ("cc", "gcc", "c99", "clang", "x86_64-linux-gnu-gcc", "aarch64-linux-gnu-gcc")
 TIMEOUT_S = 1200  # pip under qemu
 
@@ -112,7 +113,7 @@ def run_hog(place: Place, version: str, venv: str, wheel: Path, tasks: bool = Fa
     backend (as nobody in a tree; the host's pyenv lives in root's home); its report, and with
     ``tasks`` the tasks scenario's too (``report["tasks"]``: asyncio requests' own figures)."""
     work = place.dir
-    for script in (SCENARIOS, SCENARIOS.parent / "own_time.py"):
+    for script in WORKLOADS:
         shutil.copy2(script, place.host_dir / script.name)
     user = NOBODY if place.tree else None
 
@@ -253,7 +254,7 @@ def test_sdist_without_a_compiler_says_why(trees, place):
     where = place(trees("sid-slim"))
     sdist = DIST / wheels.sdist_name()
     assert sdist.exists(), f"{sdist} is missing: run 'make wheels'"
-    for source in (sdist, SCENARIOS):
+    for source in (sdist, *WORKLOADS):
         shutil.copy2(source, where.host_dir / source.name)
     wheel = built_wheel("3.13", "x86_64")  # its dependencies are the sdist's
     (where.host_dir / "requirements.txt").write_text("\n".join([*requirements(wheel), "setuptools>=77"]) + "\n")

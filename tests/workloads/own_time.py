@@ -30,20 +30,23 @@ class Held(NamedTuple):
     cpu_ns: int
 
 
-def _waited_ns() -> int:
-    """The calling thread's GIL waits so far (its slot, in the ring of this process's backend)."""
+def _waits_at() -> tuple[int, int]:
+    """The monotonic time and the calling thread's GIL waits up to it (its slot, in the ring of
+    this process's backend, read with the clock: a hand-off between two bytecodes could fall
+    between separate reads of the two), or (now, 0) where it has no slot."""
     backend = GilInstrumentor._backend
     ring = backend.ring if backend is not None else None
     tid = threading.get_native_id()
     index = ring.find(tid) if ring is not None else -1
     read = ring.read(index, tid) if index >= 0 else None
-    return read[1].wait_ns if read else 0
+    return (read[0], read[1].wait_ns) if read else (time.monotonic_ns(), 0)
 
 
 def clock() -> Held:
     """A reading of the truth's clocks: the difference of two readings is the truth of what
     ran between them on this thread (no blocking call in between)."""
-    return Held(time.monotonic_ns() - _waited_ns(), time.thread_time_ns())
+    now_ns, waited_ns = _waits_at()
+    return Held(now_ns - waited_ns, time.thread_time_ns())
 
 
 def since(start: Held) -> Held:

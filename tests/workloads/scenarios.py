@@ -370,10 +370,15 @@ def tasks(tracer, args) -> dict:
     """Requests as asyncio tasks, ``args.in_flight`` at a time on one loop thread, each
     measuring its own code (the README's "Async and greenlet services"):
 
-    1. own: three pure-Python pieces (thread_time around each), a PyDLL hold (its wall
-       time), two ``gather`` children with spans of their own (a 1 ms piece each) and a
-       ``to_thread`` piece (the worker's thread_time); truth = their sum (a child's: its
-       piece). The loop thread's own hold over the phase bounds their sum.
+    0. calibration: the same requests with pieces of no length, whose code is asyncio's and
+       OpenTelemetry's alone (the task steps, timers, span starts and ends), which a span
+       counts and the pieces' truths do not: its share of the loop thread's CPU time per
+       request (``framework_ns``) bounds what a request's span may count over its truth.
+    1. own: three pure-Python pieces, a PyDLL hold, two ``gather`` children with spans of
+       their own (a 1 ms piece each) and a ``to_thread`` PyDLL hold (pure Python in a worker
+       thread would be forced to switch with the loop thread: its truth would rest on every
+       such wait being counted); truth = their sum (a child's: its piece). The loop thread's
+       own hold over the phase bounds their sum.
     2. waits: a hog thread outside any request holds the GIL through PyDLL, 3 ms at a time,
        while the requests yield with sleep(0) (the loop always has a task ready, so it waits
        out every hog hold): truth of a request's wait = the hog's holds inside its lifetime.
@@ -410,42 +415,45 @@ def tasks(tracer, args) -> dict:
             self.add(own_time.since(self.start))
             self.pieces.append((self.wall0, time.time_ns()))
 
-    async def request(i: int) -> None:
+    async def request(i: int, name: str = "request", ms: float = 1.0, into: dict | None = None) -> None:
+        """A request whose pieces last ``ms`` times their length; its truths go ``into`` a
+        scratch dict (calibration) instead of ``truth``."""
+        into = truth if into is None else into
         own = Own()
-        with tracer.start_as_current_span(f"request-{i}") as span:
+        with tracer.start_as_current_span(f"{name}-{i}") as span:
             for _ in range(3):
                 with own:
-                    own_time.spin(2)
+                    own_time.spin(2 * ms)
                 await asyncio.sleep(0.002)
-            own.add(own_time.pydll_hold(1))
+            own.add(own_time.pydll_hold(ms))
             with own:
-                gathered = asyncio.gather(child(i, 0), child(i, 1))
+                gathered = asyncio.gather(child(i, 0, name, ms, into), child(i, 1, name, ms, into))
             for whole in await gathered:
                 own.add(whole)
             with own:
-                working = asyncio.to_thread(own_time.spin, 2)
+                working = asyncio.to_thread(own_time.pydll_hold, 2 * ms)
             worker = await working
-            truth["worker_ns"] += worker.ns
+            into["worker_ns"] += worker.ns
             with own:
                 own.add(worker)
                 ident = f"{span.get_span_context().span_id:016x}"
-                truth["own_ns"][ident], truth["pieces"][ident] = own.ns, own.pieces
-                truth["cpu_ns"][ident] = own.cpu_ns
+                into["own_ns"][ident], into["pieces"][ident] = own.ns, own.pieces
+                into["cpu_ns"][ident] = own.cpu_ns
 
-    async def child(i: int, n: int) -> own_time.Held:
+    async def child(i: int, n: int, name: str, ms: float, into: dict) -> own_time.Held:
         """Its own span's code is its truth; all of its code (its span's start and end
         included: they run in the request's context) goes into the request's."""
         own, whole = Own(), Own()
         with whole:
-            span = tracer.start_span(f"child-{i}-{n}")
+            span = tracer.start_span(f"child-{i}-{n}" if into is truth else f"{name}-child-{i}-{n}")
             activation = trace.use_span(span, end_on_exit=True)
             activation.__enter__()
             with own:
-                own_time.spin(1)
+                own_time.spin(ms)
         await asyncio.sleep(0.001)
         with whole:
             with own:
-                truth["child_ns"][f"{span.get_span_context().span_id:016x}"] = own.ns
+                into["child_ns"][f"{span.get_span_context().span_id:016x}"] = own.ns
             activation.__exit__(None, None, None)
         return own_time.Held(whole.ns, whole.cpu_ns)
 
@@ -474,6 +482,10 @@ def tasks(tracer, args) -> dict:
 
     async def phases() -> None:
         await asyncio.gather(*(asyncio.to_thread(time.sleep, 0.01) for _ in range(args.in_flight)))  # the workers exist
+        scratch: dict = {"own_ns": {}, "cpu_ns": {}, "child_ns": {}, "worker_ns": 0, "pieces": {}}
+        cpu0 = time.thread_time_ns()
+        await asyncio.gather(*(request(i, "calibrate", 0, scratch) for i in range(args.in_flight)))
+        truth["framework_ns"] = (time.thread_time_ns() - cpu0) // args.in_flight
         wait0, hold0 = _own_thread_counters()
         await asyncio.gather(*(request(i) for i in range(args.in_flight)))
         wait1, hold1 = _own_thread_counters()
