@@ -25,9 +25,11 @@ def make_ring(nslots: int = 64) -> ring.Ring:
 
 
 def slot_for(r: ring.Ring, tid: int, index: int | None = None) -> ring.Slot:
-    """Claim a slot for ``tid`` where the BPF side would (its home, or ``index``)."""
-    idx = tid % r.nslots if index is None else index
-    s = r.slot(idx)
+    """Claim a slot for ``tid`` where the writers would (the first free one, or its own, from
+    its home on; or ``index``): another thread's whose home it shares stays its own."""
+    if index is None:
+        index = next(i % r.nslots for i in range(tid, tid + ring.PROBE_LEN) if r.slot(i % r.nslots).tid in (0, tid))
+    s = r.slot(index)
     ctypes.memset(ctypes.addressof(s), 0, ring.SLOT_SIZE)
     s.tid = tid
     return s
