@@ -157,7 +157,7 @@ def prometheus_api(path: str, *, base: str = PROMETHEUS, **query: str):
 def app_command(framework: str, server: str, port: int, workers: int = 2, preload: bool = False) -> tuple[list[str], Path]:
     """(argv, cwd) of an example app under opentelemetry-instrument. server: dev, sync or gthread
     (gunicorn), or uwsgi (pre-fork in C: --master, 2 threads per worker; ``preload=False`` adds
-    --lazy-apps, the app loaded in each worker); for the fastapi one, uvicorn (its asyncio loop)."""
+    --lazy-apps, the app loaded in each worker, else --py-call-uwsgi-fork-hooks); for the fastapi one, uvicorn (its asyncio loop)."""
     instrument = [str(BIN / "opentelemetry-instrument")]
     bind = f"127.0.0.1:{port}"
     if framework == "fastapi":
@@ -171,7 +171,10 @@ def app_command(framework: str, server: str, port: int, workers: int = 2, preloa
     if server == "uwsgi":
         argv = instrument + [str(BIN / "uwsgi"), "--http-socket", bind, "--master", "--processes", str(workers),
                              "--threads", "2", "--enable-threads", "--die-on-term", "--module", target]
-        return argv + ([] if preload else ["--lazy-apps"]), cwd
+        # With the app in the master, its threads (OpenTelemetry's exporters among them) may hold
+        # the GIL when uWSGI forks: a worker forked then waits for it for ever unless CPython's
+        # fork hooks run (seen once in CI: a worker that never served).
+        return argv + (["--py-call-uwsgi-fork-hooks"] if preload else ["--lazy-apps"]), cwd
     argv = instrument + [str(BIN / "gunicorn"), "-b", bind, "-w", str(workers), "-k", server, "--threads", "4"]
     return argv + (["--preload"] if preload else []) + [target], cwd
 

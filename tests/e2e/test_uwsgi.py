@@ -1,6 +1,8 @@
-"""uWSGI, the pre-fork server that forks its workers in C (no Python at-fork hook runs):
-every worker's spans get its own figures, with both backends, with and without
---lazy-apps; until a worker has figures its spans say gil.status, never a zero."""
+"""uWSGI, the pre-fork server that forks its workers in C: every worker's spans get its own
+figures, with both backends, with --lazy-apps (no Python at-fork hook runs; the app loads in
+each worker) and with the app in the master (then --py-call-uwsgi-fork-hooks, without which a
+worker forked while another thread held the GIL never gets it); until a worker has figures its
+spans say gil.status, never a zero. A fork from C with no hook at all: the cfork scenario."""
 
 import collections
 import os

@@ -42,6 +42,11 @@ def _waits_at() -> tuple[int, int]:
     return (read[0], read[1].wait_ns) if read else (time.monotonic_ns(), 0)
 
 
+def waits() -> int:
+    """The calling thread's GIL waits so far (ns)."""
+    return _waits_at()[1]
+
+
 def clock() -> Held:
     """A reading of the truth's clocks: the difference of two readings is the truth of what
     ran between them on this thread (no blocking call in between)."""

@@ -374,14 +374,15 @@ def tasks(tracer, args) -> dict:
        OpenTelemetry's alone (the task steps, timers, span starts and ends), which a span
        counts and the pieces' truths do not: its share of the loop thread's CPU time per
        request (``framework_ns``) bounds what a request's span may count over its truth.
-    1. own: three pure-Python pieces, a PyDLL hold, two ``gather`` children with spans of
-       their own (a 1 ms piece each) and a ``to_thread`` PyDLL hold (pure Python in a worker
+    1. own: three pure-Python pieces (6 ms), a PyDLL hold (3 ms), two ``gather`` children
+       with spans of their own (a 3 ms piece each) and a ``to_thread`` PyDLL hold (6 ms) (pure Python in a worker
        thread would be forced to switch with the loop thread: its truth would rest on every
        such wait being counted); truth = their sum (a child's: its piece). The loop thread's
        own hold over the phase bounds their sum.
     2. waits: a hog thread outside any request holds the GIL through PyDLL, 3 ms at a time,
        while the requests yield with sleep(0) (the loop always has a task ready, so it waits
-       out every hog hold): truth of a request's wait = the hog's holds inside its lifetime.
+       out the hog's holds): truth of a request's wait = the loop thread's waits (its slot)
+       from its span's start to its end, as read from its first step and its last.
     3. blame (with 2.): a thread outside the loop sleeps 1 ms at a time in its span, and waits
        for the GIL on each wake-up while the loop runs requests: the request whose code the
        loop ran during a wait is known from the requests' pieces (wall clock intervals).
@@ -391,7 +392,7 @@ def tasks(tracer, args) -> dict:
     import asyncio
 
     truth: dict = {"own_ns": {}, "cpu_ns": {}, "child_ns": {}, "worker_ns": 0, "hog_ns": [], "pieces": {},
-                   "in_flight": args.in_flight}
+                   "loop_waits_ns": {}, "in_flight": args.in_flight}
     hog_on = threading.Event()
     stop = threading.Event()
     hog_ns: list = []
@@ -415,7 +416,7 @@ def tasks(tracer, args) -> dict:
             self.add(own_time.since(self.start))
             self.pieces.append((self.wall0, time.time_ns()))
 
-    async def request(i: int, name: str = "request", ms: float = 1.0, into: dict | None = None) -> None:
+    async def request(i: int, name: str = "request", ms: float = 3.0, into: dict | None = None) -> None:
         """A request whose pieces last ``ms`` times their length; its truths go ``into`` a
         scratch dict (calibration) instead of ``truth``."""
         into = truth if into is None else into
@@ -460,11 +461,14 @@ def tasks(tracer, args) -> dict:
     async def yielding(i: int) -> None:
         own = Own()
         with tracer.start_as_current_span(f"waiting-{i}") as span:
+            waits0 = own_time.waits()
             for _ in range(10):
                 with own:
                     own_time.spin(0.5)
                 await asyncio.sleep(0)
-            truth["pieces"][f"{span.get_span_context().span_id:016x}"] = own.pieces
+            ident = f"{span.get_span_context().span_id:016x}"
+            truth["pieces"][ident] = own.pieces
+            truth["loop_waits_ns"][ident] = own_time.waits() - waits0
 
     def hog() -> None:
         hog_on.wait()
