@@ -19,6 +19,7 @@ import time
 from typing import NamedTuple
 
 from otel_gil import GilInstrumentor
+from otel_gil.ring import Counters
 
 _gil_holding_libc = ctypes.PyDLL(None)
 
@@ -30,28 +31,28 @@ class Held(NamedTuple):
     cpu_ns: int
 
 
-def _waits_at() -> tuple[int, int]:
-    """The monotonic time and the calling thread's GIL waits up to it (its slot, in the ring of
+def read() -> tuple[int, Counters]:
+    """The monotonic time and the calling thread's figures up to it (its slot, in the ring of
     this process's backend, read with the clock: a hand-off between two bytecodes could fall
-    between separate reads of the two), or (now, 0) where it has no slot."""
+    between separate reads of the two), or (now, zeros) where it has no slot."""
     backend = GilInstrumentor._backend
     ring = backend.ring if backend is not None else None
     tid = threading.get_native_id()
     index = ring.find(tid) if ring is not None else -1
-    read = ring.read(index, tid) if index >= 0 else None
-    return (read[0], read[1].wait_ns) if read else (time.monotonic_ns(), 0)
+    figures = ring.read(index, tid) if index >= 0 else None
+    return figures or (time.monotonic_ns(), Counters(0, 0, 0, 0, 0))
 
 
 def waits() -> int:
     """The calling thread's GIL waits so far (ns)."""
-    return _waits_at()[1]
+    return read()[1].wait_ns
 
 
 def clock() -> Held:
     """A reading of the truth's clocks: the difference of two readings is the truth of what
     ran between them on this thread (no blocking call in between)."""
-    now_ns, waited_ns = _waits_at()
-    return Held(now_ns - waited_ns, time.thread_time_ns())
+    now_ns, figures = read()
+    return Held(now_ns - figures.wait_ns, time.thread_time_ns())
 
 
 def since(start: Held) -> Held:

@@ -358,14 +358,6 @@ def service(tracer, args) -> dict:
     return {}
 
 
-def _own_thread_counters() -> "tuple[int, int]":
-    """(wait_ns, hold_ns) of the calling thread's slot now (the thread-level figures)."""
-    ring = GilInstrumentor._backend.ring
-    tid = threading.get_native_id()
-    read = ring.read(ring.find(tid), tid)
-    return (read[1].wait_ns, read[1].hold_ns) if read else (0, 0)
-
-
 def tasks(tracer, args) -> dict:
     """Requests as asyncio tasks, ``args.in_flight`` at a time on one loop thread, each
     measuring its own code (the README's "Async and greenlet services"):
@@ -490,9 +482,9 @@ def tasks(tracer, args) -> dict:
         cpu0 = time.thread_time_ns()
         await asyncio.gather(*(request(i, "calibrate", 0, scratch) for i in range(args.in_flight)))
         truth["framework_ns"] = (time.thread_time_ns() - cpu0) // args.in_flight
-        wait0, hold0 = _own_thread_counters()
+        hold0 = own_time.read()[1].hold_ns
         await asyncio.gather(*(request(i) for i in range(args.in_flight)))
-        wait1, hold1 = _own_thread_counters()
+        hold1 = own_time.read()[1].hold_ns
         truth["loop_hold_ns"] = hold1 - hold0
         hog_on.set()
         await asyncio.gather(*(yielding(i) for i in range(args.in_flight)))
