@@ -80,8 +80,8 @@ def test_every_span_obeys_its_invariants(collector, matrix_runner, build, backen
     children = r["children"]
     _rows.append(_row(build, backend, SECONDS, r))
     # It ran, and measured: spans that began or ended while the toggler had uninstrumented carry no
-    # otel-gil attribute (the workload checks that they overlap one): 6-10 % in-process, 36-54 % with the
-    # collector, whose instrument() waits for its registration.
+    # otel-gil attribute (the workload checks that an uninstrument came between their start and their
+    # export): 6-10 % in-process, 36-54 % with the collector, whose instrument() waits for its registration.
     assert r["spans"] > 100 * SECONDS and r["with_figures"] > r["spans"] / 4, r
     assert r["own"] > 20 * SECONDS, r  # the loop's requests: their own code's figures
     assert children["forked"] >= SECONDS / 4 and r["toggles"] >= 1 and r["tids_reused"] > 0, r

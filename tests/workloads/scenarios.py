@@ -267,21 +267,32 @@ def switches(tracer, args) -> dict:
     return {"cpu_ns": cpu_ns, "tids": tids, "switch_interval_ms": sys.getswitchinterval() * 1000}
 
 
+def _runqueue_ns() -> int:
+    """How long the calling thread was runnable but not running so far (the kernel's schedstat)."""
+    with open("/proc/thread-self/schedstat") as f:
+        return int(f.read().split()[1])
+
+
 def syscalls(tracer, args) -> dict:
     """One thread, no contention: os.stat and os.read release and re-take the GIL (on
     LTO builds through inlined copies of drop_gil), a PyDLL usleep holds it for a known
-    time. Truth: 2 acquisitions per iteration; hold = the usleeps (measured) + a little Python."""
+    time. Truth: 2 acquisitions per iteration; hold = the usleeps (measured) + a little
+    Python in between, at most the thread's CPU time outside the usleeps (the collector's
+    probes are its system time) plus its time preempted (the kernel's run queue)."""
     fd = os.open("/dev/zero", os.O_RDONLY)
-    held = 0
+    held = slept_cpu = 0
+    cpu0, queued0 = time.thread_time_ns(), _runqueue_ns()  # outside the span: reading a file releases the GIL
     with tracer.start_as_current_span("syscalls"):
         for _ in range(args.iterations):
             os.stat("/")
             os.read(fd, 1)
-            t0 = time.monotonic_ns()
-            _gil_holding_libc.usleep(args.hold_us)
+            t0, c0 = time.monotonic_ns(), time.thread_time_ns()
+            _gil_holding_libc.usleep(args.hold_us)  # its wake-up costs CPU too (tens of us)
             held += time.monotonic_ns() - t0
+            slept_cpu += time.thread_time_ns() - c0
+    between = time.thread_time_ns() - cpu0 - slept_cpu + _runqueue_ns() - queued0
     os.close(fd)
-    return {"acquisitions": 2 * args.iterations, "usleep_hold_ns": held}
+    return {"acquisitions": 2 * args.iterations, "usleep_hold_ns": held, "between_ns": between}
 
 
 def churn(tracer, args) -> dict:
