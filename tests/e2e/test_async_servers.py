@@ -7,7 +7,8 @@ FastAPI (``async def``, ``def`` in anyio's workers, ``gather`` children with spa
 own), Starlette and Django (async views; sync views Django runs in a thread) on uvicorn's
 asyncio loop; Flask and Django on gunicorn's gevent workers; Starlette on uvloop in Debian sid's
 3.14, whose context watchers see its switches; and FastAPI on uvloop on this host's 3.11, where
-nothing does: its spans say so and give no hold."""
+nothing does: its spans say so and give no hold, as do a loop's and a hub's under the Python
+hooks alone (no C extension)."""
 
 from __future__ import annotations
 
@@ -276,7 +277,22 @@ def test_uvloop_before_3_14_says_its_spans_share_a_thread(truth_app):
     Its spans say so, with the loop's waits and no hold, never a shared thread's figure."""
     assert sys.version_info < (3, 14), "this interpreter has context watchers: test uvloop's figures instead"
     svc, service = truth_app("fastapi-uvloop")
-    answers = load(svc.address, "/own", 40)
+    check_shared_thread(service, load(svc.address, "/own", 40))
+
+
+@pytest.mark.parametrize("server", ["fastapi-uvicorn", "flask-gevent"])
+def test_the_python_hooks_say_their_spans_share_a_thread(truth_app, server):
+    """Without the C span hooks (OTEL_GIL_NO_EXTENSIONS=1, as where they could not be built) no
+    switch of context is seen: a loop's or a hub's spans say so, with the thread's waits and no hold."""
+    svc, service = truth_app(server, OTEL_GIL_NO_EXTENSIONS="1")
+    check_shared_thread(service, load(svc.address, "/own", 40))
+
+
+def check_shared_thread(service: str, answers: dict[str, dict]) -> None:
+    """Every request's server span says ``gil.status=shared_thread``: its thread's waits, within its
+    duration, and no hold figure."""
     for t, spans in traces(service, answers).items():
-        tags = server_span(spans)["tags"]
-        assert tags.get("gil.status") == "shared_thread" and "gil.hold_ms" not in tags and "gil.wait_ms" in tags, tags
+        span = server_span(spans)
+        tags = span["tags"]
+        assert tags.get("gil.status") == "shared_thread" and "gil.hold_ms" not in tags, tags
+        assert 0 <= tags["gil.wait_ms"] <= span["duration"] / 1e3 + 0.05, (tags, span["duration"])
