@@ -19,7 +19,7 @@ import time
 from typing import NamedTuple
 
 from otel_gil import GilInstrumentor
-from otel_gil.ring import Counters
+from otel_gil.ring import ZERO, Counters
 
 _gil_holding_libc = ctypes.PyDLL(None)
 
@@ -40,7 +40,7 @@ def read() -> tuple[int, Counters]:
     tid = threading.get_native_id()
     index = ring.find(tid) if ring is not None else -1
     figures = ring.read(index, tid) if index >= 0 else None
-    return figures or (time.monotonic_ns(), Counters(0, 0, 0, 0, 0))
+    return figures or (time.monotonic_ns(), ZERO)
 
 
 def waits() -> int:
