@@ -123,14 +123,14 @@ class Checker(SpanExporter):
 epoch = 0  # the toggler's switches so far: odd while uninstrumented
 
 
-def span(tracer, name: str):
+def start_span(tracer, name: str):
     """``tracer.start_as_current_span(name)``, with the epoch it began in (read before the call)."""
     return tracer.start_as_current_span(name, attributes={"soak.epoch": epoch})
 
 
 def work(tracer, rounds: int, tids: list) -> None:
     tids.append(threading.get_native_id())
-    with span(tracer, "work"):
+    with start_span(tracer, "work"):
         for _ in range(rounds):
             time.sleep(0.0005)
             sum(i * i for i in range(200))
@@ -164,19 +164,19 @@ def requests_on_a_loop(tracer, stop: threading.Event, in_flight: int = 20) -> No
         sum(i * i for i in range(random.randint(100, 2000)))
 
     async def child() -> None:
-        with span(tracer, "child"):
+        with start_span(tracer, "child"):
             cpu()
             await asyncio.sleep(0.0005)
             cpu()
 
     async def request(n: int) -> None:
-        with span(tracer, "task") as current:
+        with start_span(tracer, "task") as span:
             for _ in range(random.randint(1, 5)):
                 cpu()
                 await asyncio.sleep(0.0005)
             await asyncio.gather(child(), child())
             if n % 4 == 0:
-                current.set_attribute("soak.worker_threads", 1)
+                span.set_attribute("soak.worker_threads", 1)
                 await asyncio.to_thread(cpu)
 
     async def run() -> None:
