@@ -20,6 +20,7 @@
 #endif
 
 #include "gil_layout.h"
+#include "py_versions.h"
 
 #define HIDDEN __attribute__((visibility("hidden")))
 
@@ -176,7 +177,7 @@ static inline void read_counters(const char *base, uint32_t nslots, uint64_t now
 static inline PyObject *lookup(PyObject *obj, PyObject *name)
 {
 	PyObject *value = NULL;
-#if PY_VERSION_HEX >= 0x030D0000
+#if PY_3_13_OR_LATER
 	PyObject_GetOptionalAttr(obj, name, &value);
 #else
 	_PyObject_LookupAttr(obj, name, &value);
