@@ -28,11 +28,10 @@ static void count_fork(void) { forks++; }
 __thread struct thread_slot tls = {NULL, -1, 0, 0, -1};
 
 /* Interned attribute names and attribute keys, made when the module loads. */
-PyObject *s_start_attr;
+PyObject *s_start_attr, *s_active, *s_private_name, *s_public_name, *s_thread_key;
 static PyObject *s_ring, *s_generation, *s_status, *s_address, *s_nslots, *s_long_wait_ns,
 	*s_start_time, *s_end_time, *s_attributes, *s_dict, *s_immutable, *s_max_value_len, *s_maxlen,
-	*s_active, *s_name, *s_public_name, *s_kind, *s_set_attributes, *s_end_time_kw, *s_span_processor, *s_thread_key,
-	*s_start;
+	*s_kind, *s_set_attributes, *s_end_time_kw, *s_span_processor, *s_start;
 static PyObject *k_thread_name, *k_thread_id, *k_wait_ms, *k_hold_ms, *k_wait_ratio, *k_hold_ratio,
 	*k_acquisitions, *k_convoy_waits, *k_others_hold_ms, *k_http_route;
 
@@ -99,135 +98,6 @@ PyTypeObject StartType = {
 	.tp_doc = "GIL counters of a thread when a span started (read by the C and Python hooks alike).",
 	.tp_members = Start_members,
 	.tp_getset = Start_getset,
-};
-
-/* ---------------------------------------------------------------- RatioCounter */
-
-/* metrics.WaitRatios' counting in C: a server span's wait ratio into its route's
- * bucket, with no Python frame and no lock (nothing in it releases the GIL, so it
- * is atomic for every other thread, and WaitRatios.rows copies rows whole). */
-struct RatioCounter {
-	PyObject_HEAD
-	vectorcallfunc vectorcall;
-	PyObject *table;       /* dict: route -> [count per bucket..., count above the last bound, sum] */
-	PyObject *other;       /* where routes beyond max_routes are counted */
-	Py_ssize_t max_routes;
-	Py_ssize_t nbounds;
-	double bounds[32];     /* upper bounds (le) of the buckets, ascending */
-};
-
-static int count_ratio(RatioCounter *self, PyObject *route, double ratio)
-{
-	Py_ssize_t bucket = 0; /* bisect_left: the first bound >= ratio */
-	while (bucket < self->nbounds && self->bounds[bucket] < ratio)
-		bucket++;
-	PyObject *row = PyDict_GetItemWithError(self->table, route);
-	if (row == NULL) {
-		if (PyErr_Occurred())
-			return -1;
-		if (PyDict_GET_SIZE(self->table) >= self->max_routes)
-			route = self->other;
-		row = PyDict_GetItemWithError(self->table, route);
-		if (row == NULL) {
-			if (PyErr_Occurred() || (row = PyList_New(self->nbounds + 2)) == NULL)
-				return -1;
-			for (Py_ssize_t i = 0; i <= self->nbounds; i++)
-				PyList_SET_ITEM(row, i, PyLong_FromLong(0));
-			PyList_SET_ITEM(row, self->nbounds + 1, PyFloat_FromDouble(0.0));
-			int failed = PyDict_SetItem(self->table, route, row);
-			Py_DECREF(row); /* the table holds it */
-			if (failed)
-				return -1;
-		}
-	}
-	if (!PyList_CheckExact(row) || PyList_GET_SIZE(row) != self->nbounds + 2) {
-		PyErr_SetString(PyExc_TypeError, "a WaitRatios row is not a list of the bucket counts and the sum");
-		return -1;
-	}
-	long long counted = PyLong_AsLongLong(PyList_GET_ITEM(row, bucket));
-	PyObject *count = counted < 0 ? NULL : PyLong_FromLongLong(counted + 1);
-	PyObject *sum = count ? PyFloat_FromDouble(PyFloat_AsDouble(PyList_GET_ITEM(row, self->nbounds + 1)) + ratio) : NULL;
-	if (sum == NULL) {
-		Py_XDECREF(count);
-		return -1;
-	}
-	PyList_SetItem(row, bucket, count);
-	PyList_SetItem(row, self->nbounds + 1, sum);
-	return 0;
-}
-
-static PyObject *RatioCounter_vectorcall(RatioCounter *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
-{
-	double ratio;
-	if (PyVectorcall_NARGS(nargsf) != 2 || kwnames != NULL || !PyUnicode_Check(args[1]) ||
-	    ((ratio = PyFloat_AsDouble(args[0])) == -1.0 && PyErr_Occurred())) {
-		if (!PyErr_Occurred())
-			PyErr_SetString(PyExc_TypeError, "counter(ratio: float, route: str)");
-		return NULL;
-	}
-	if (count_ratio(self, args[1], ratio))
-		return NULL;
-	Py_RETURN_NONE;
-}
-
-static int RatioCounter_init(RatioCounter *self, PyObject *args, PyObject *kwds)
-{
-	static char *kwlist[] = {"table", "bounds", "max_routes", "other", NULL};
-	PyObject *table, *bounds, *other;
-	Py_ssize_t max_routes;
-	if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!nU", kwlist, &PyDict_Type, &table, &PyTuple_Type, &bounds,
-					 &max_routes, &other))
-		return -1;
-	if (PyTuple_GET_SIZE(bounds) > 32) {
-		PyErr_SetString(PyExc_ValueError, "at most 32 bucket bounds");
-		return -1;
-	}
-	self->nbounds = PyTuple_GET_SIZE(bounds);
-	for (Py_ssize_t i = 0; i < self->nbounds; i++)
-		if ((self->bounds[i] = PyFloat_AsDouble(PyTuple_GET_ITEM(bounds, i))) == -1.0 && PyErr_Occurred())
-			return -1;
-	Py_INCREF(table);
-	Py_XSETREF(self->table, table);
-	Py_INCREF(other);
-	Py_XSETREF(self->other, other);
-	self->max_routes = max_routes;
-	self->vectorcall = (vectorcallfunc)RatioCounter_vectorcall;
-	return 0;
-}
-
-static int RatioCounter_traverse(RatioCounter *self, visitproc visit, void *arg)
-{
-	Py_VISIT(self->table);
-	return 0;
-}
-
-static int RatioCounter_clear(RatioCounter *self)
-{
-	Py_CLEAR(self->table);
-	Py_CLEAR(self->other);
-	return 0;
-}
-
-static void RatioCounter_dealloc(RatioCounter *self)
-{
-	PyObject_GC_UnTrack(self);
-	RatioCounter_clear(self);
-	Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyTypeObject RatioCounterType = {
-	PyVarObject_HEAD_INIT(NULL, 0)
-	.tp_name = "otel_gil._fastspan.RatioCounter",
-	.tp_basicsize = sizeof(RatioCounter),
-	.tp_dealloc = (destructor)RatioCounter_dealloc,
-	.tp_vectorcall_offset = offsetof(RatioCounter, vectorcall),
-	.tp_call = PyVectorcall_Call,
-	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-	.tp_doc = "RatioCounter(table, bounds, max_routes, other)(ratio, route): metrics.WaitRatios.record in C.",
-	.tp_traverse = (traverseproc)RatioCounter_traverse,
-	.tp_clear = (inquiry)RatioCounter_clear,
-	.tp_init = (initproc)RatioCounter_init,
-	.tp_new = PyType_GenericNew,
 };
 
 /* ---------------------------------------------------------------- Hooks */
@@ -402,63 +272,6 @@ static PyObject *snapshot_onto(Hooks *self, PyObject *span)
 	Py_RETURN_NONE;
 }
 
-/* threading.current_thread() and its ident (new references), without a Python frame for a
- * threading.Thread: cached in the thread state's dict, which CPython clears as the thread
- * exits; looked up again where the ident changed (a fork's child). */
-static PyObject *current_thread(Hooks *self, PyObject **ident_out)
-{
-	unsigned long ident = PyThread_get_thread_ident();
-	PyObject *tdict = PyThreadState_GetDict(); /* borrowed */
-	PyObject *cached = tdict ? PyDict_GetItemWithError(tdict, s_thread_key) : NULL;
-	if (cached && PyTuple_CheckExact(cached) && PyTuple_GET_SIZE(cached) == 2 &&
-	    PyLong_AsUnsignedLong(PyTuple_GET_ITEM(cached, 1)) == ident) {
-		PyObject *thread = PyTuple_GET_ITEM(cached, 0);
-		*ident_out = PyTuple_GET_ITEM(cached, 1);
-		Py_INCREF(*ident_out);
-		Py_INCREF(thread);
-		return thread;
-	}
-	PyErr_Clear();
-	PyObject *key = PyLong_FromUnsignedLong(ident);
-	if (key == NULL)
-		return NULL;
-	PyObject *active = PyObject_GetAttr(self->threading, s_active);
-	PyObject *thread = active && PyDict_Check(active) ? PyDict_GetItemWithError(active, key) : NULL;
-	Py_XINCREF(thread);
-	Py_XDECREF(active);
-	if (thread == NULL) {
-		PyErr_Clear();
-		thread = PyObject_CallMethod(self->threading, "current_thread", NULL);
-		if (thread == NULL) {
-			Py_DECREF(key);
-			return NULL;
-		}
-	}
-	PyObject *pair = tdict ? PyTuple_Pack(2, thread, key) : NULL;
-	if (pair == NULL || PyDict_SetItem(tdict, s_thread_key, pair))
-		PyErr_Clear();
-	Py_XDECREF(pair);
-	*ident_out = key;
-	return thread;
-}
-
-/* The thread's name (Thread._name's storage: no property call) and ident, as new references. */
-static PyObject *thread_name(Hooks *self, PyObject **ident_out)
-{
-	PyObject *thread = current_thread(self, ident_out);
-	if (thread == NULL)
-		return NULL;
-	PyObject *name = PyObject_GetAttr(thread, s_name);
-	if (name == NULL) {
-		PyErr_Clear();
-		name = PyObject_GetAttr(thread, s_public_name);
-	}
-	Py_DECREF(thread);
-	if (name == NULL)
-		Py_CLEAR(*ident_out);
-	return name;
-}
-
 /* The span's attribute dict (a new reference) if it takes our values as set_attributes
  * would leave them (mutable, no value length limit, room for them), else NULL. */
 static PyObject *direct_dict(PyObject *span, Py_ssize_t adding)
@@ -580,7 +393,7 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 	PyObject *keys[] = {k_thread_name, k_thread_id, k_wait_ms, k_hold_ms, k_wait_ratio, k_hold_ratio,
 			    k_acquisitions, k_convoy_waits, k_others_hold_ms};
 	PyObject *ident = NULL; /* thread.id: the managed id, as spans.py */
-	PyObject *name = thread_name(self, &ident);
+	PyObject *name = thread_name(self->threading, &ident);
 	PyObject *values[9] = {
 		name,
 		ident,
@@ -659,7 +472,7 @@ static int count_server_span(Hooks *hooks, PyObject *span, PyObject *attributes,
 	Py_XINCREF(route);
 	if (route == NULL || !PyObject_IsTrue(route)) {
 		Py_XDECREF(route);
-		route = lookup(span, s_name);
+		route = lookup(span, s_private_name);
 	}
 	int failed = route == NULL || !PyUnicode_CheckExact(route) || count_ratio(hooks->ratios, route, wait_ratio);
 	Py_XDECREF(route);
@@ -941,7 +754,7 @@ static int intern_all(void)
 		{&s_start_time, "_start_time"}, {&s_end_time, "_end_time"}, {&s_end_time_kw, "end_time"}, {&s_attributes, "_attributes"},
 		{&s_dict, "_dict"}, {&s_immutable, "_immutable"},
 		{&s_max_value_len, "max_value_len"}, {&s_maxlen, "maxlen"},
-		 {&s_active, "_active"}, {&s_name, "_name"}, {&s_public_name, "name"}, {&s_kind, "_kind"},
+		 {&s_active, "_active"}, {&s_private_name, "_name"}, {&s_public_name, "name"}, {&s_kind, "_kind"},
 		{&s_set_attributes, "set_attributes"}, {&s_span_processor, "_span_processor"}, {&s_thread_key, "otel_gil.thread"},
 		{&s_start, "start"},
 		{&k_thread_name, "thread.name"}, {&k_thread_id, "thread.id"}, {&k_wait_ms, "gil.wait_ms"},

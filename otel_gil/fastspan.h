@@ -1,5 +1,6 @@
-/* What otel_gil._fastspan's two C files share: the span hooks (_fastspan.c) and the
- * switch hooks that charge each context its own GIL time (context_switches.c).
+/* What otel_gil._fastspan's C files share: the span hooks (_fastspan.c), the switch
+ * hooks that charge each context its own GIL time (context_switches.c), the thread's
+ * name (thread_names.c) and the wait ratio histogram (wait_ratios.c).
  *
  * The slot layout is gil_layout.h (beside this file), the one the writers fill.
  */
@@ -113,7 +114,9 @@ struct thread_slot {
 };
 extern HIDDEN __thread struct thread_slot tls;
 
-extern HIDDEN PyObject *s_start_attr; /* "_otel_gil_start": where a span keeps its Start */
+/* Interned by _fastspan.c: "_otel_gil_start" (where a span keeps its Start), and what
+ * thread_names.c looks up: threading._active, Thread._name and .name, and its cache's key. */
+extern HIDDEN PyObject *s_start_attr, *s_active, *s_private_name, *s_public_name, *s_thread_key;
 
 static inline uint64_t clock_ns(clockid_t clock)
 {
@@ -195,6 +198,14 @@ static inline PyObject *bind_method(PyObject *self, PyObject *obj, PyObject *typ
 	}
 	return PyMethod_New(self, obj);
 }
+
+/* wait_ratios.c */
+extern HIDDEN PyTypeObject RatioCounterType;
+/* One server span's wait ratio into its route's bucket (route: a str); 0, or -1 with an error set. */
+HIDDEN int count_ratio(RatioCounter *self, PyObject *route, double ratio);
+
+/* thread_names.c: the calling thread's name and (*ident_out) ident, new references; NULL on an error. */
+HIDDEN PyObject *thread_name(PyObject *threading, PyObject **ident_out);
 
 /* context_switches.c */
 HIDDEN int contexts_init(PyObject *module);
