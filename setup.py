@@ -24,7 +24,7 @@ setup(
                   optional=not required, depends=sorted(glob.glob("otel_gil/*.h")))
         for name, sources in (
             ("_inprocess", ["_inprocess", "got_patch"]),
-            ("_fastspan", ["_fastspan", "context_switches", "thread_names", "wait_ratios"]),
+            ("_fastspan", ["_fastspan", "context_switches", "thread_names", "wait_ratios", "figure_checks"]),
         )
     ]
 )

@@ -11,12 +11,10 @@
  * The slot layout is otel_gil/gil_layout.h, the same file the BPF side uses.
  */
 #include "fastspan.h"
+#include "span_figures.h"
 
 #include <pthread.h>
 #include <structmember.h>
-
-/* How far wait + hold may pass a span's duration (the clocks' reads around it): spans.CLOCK_SLACK_NS. */
-#define CLOCK_SLACK_NS 50000
 
 /* fork()s this process came out of, whoever called fork (os.fork, or C code such as
  * uWSGI's, where Python's at-fork hooks never run): a child's cached tids expire, and
@@ -57,17 +55,62 @@ static PyObject *Start_counters(Start *self, void *closure)
 			     (unsigned long long)c->long_waits);
 }
 
-/* What the span's own code did (context_switches.c), as spans.Own; None where contexts are not tracked. */
+/* Start.own: what the span's own code did (context_switches.c). Its fields are spans.Own's,
+ * by name (tests/unit/test_native_contract.py checks both sides). */
+static PyStructSequence_Field own_fields[] = {
+	{"hold_home", "ns the GIL was held by its code on its home thread"},
+	{"acquisitions_home", "GIL acquisitions by its code on its home thread"},
+	{"wait_else", "ns its code waited on other threads"},
+	{"hold_else", "ns its code held the GIL on other threads"},
+	{"acquisitions_else", "GIL acquisitions by its code on other threads"},
+	{"convoy_else", "convoy waits of its code on other threads"},
+	{"threads_else", "other threads its code ran on, -1: more than 8"},
+	{"switched", "its home thread switched contexts while it ran"},
+	{"unseen", "a switch no hook saw changed whose code ran on a thread it ran on"},
+	{"broken", "a thread's counters went back between two charges"},
+	{"untracked", "otel-gil was uninstrumented for a while since it started"},
+	{NULL},
+};
+
+static PyStructSequence_Desc own_desc = {
+	"otel_gil._fastspan.Own",
+	"What a span's own code did on the GIL (spans.Own).",
+	own_fields,
+	sizeof(own_fields) / sizeof(own_fields[0]) - 1,
+};
+
+static PyTypeObject OwnType;
+
+/* The span's Own; None where contexts are not tracked. */
 static PyObject *Start_own(Start *self, void *closure)
 {
 	if (!self->tracked)
 		Py_RETURN_NONE;
 	const struct own *o = &self->own;
-	return Py_BuildValue("(KKKKKKiiiii)", (unsigned long long)o->hold_home, (unsigned long long)o->acquisitions_home,
-			     (unsigned long long)o->wait_else, (unsigned long long)o->hold_else,
-			     (unsigned long long)o->acquisitions_else, (unsigned long long)o->convoy_else,
-			     o->threads_else == OWN_MANY ? -1 : (int)o->threads_else, self->switched,
-			     (o->flags & OWN_UNSEEN) != 0, (o->flags & OWN_BROKEN) != 0, !tracked_throughout(self));
+	PyObject *own = PyStructSequence_New(&OwnType);
+	if (own == NULL)
+		return NULL;
+	PyObject *values[] = {
+		PyLong_FromUnsignedLongLong(o->hold_home),
+		PyLong_FromUnsignedLongLong(o->acquisitions_home),
+		PyLong_FromUnsignedLongLong(o->wait_else),
+		PyLong_FromUnsignedLongLong(o->hold_else),
+		PyLong_FromUnsignedLongLong(o->acquisitions_else),
+		PyLong_FromUnsignedLongLong(o->convoy_else),
+		PyLong_FromLong(o->threads_else == OWN_MANY ? -1 : (long)o->threads_else),
+		PyBool_FromLong(self->switched),
+		PyBool_FromLong((o->flags & OWN_UNSEEN) != 0),
+		PyBool_FromLong((o->flags & OWN_BROKEN) != 0),
+		PyBool_FromLong(!tracked_throughout(self)),
+	};
+	int failed = 0;
+	for (Py_ssize_t i = 0; i < (Py_ssize_t)(sizeof(values) / sizeof(values[0])); i++) {
+		failed |= values[i] == NULL;
+		PyStructSequence_SET_ITEM(own, i, values[i]);
+	}
+	if (failed)
+		Py_CLEAR(own);
+	return own;
 }
 
 static PyMemberDef Start_members[] = {
@@ -84,7 +127,7 @@ static PyMemberDef Start_members[] = {
 
 static PyGetSetDef Start_getset[] = {
 	{"counters", (getter)Start_counters, NULL, "(wait_ns, hold_ns, acquisitions, convoy_waits, long_waits)", NULL},
-	{"own", (getter)Start_own, NULL, "what the span's own code did on the GIL (spans.Own), None where contexts are not tracked",
+	{"own", (getter)Start_own, NULL, "what the span's own code did on the GIL (Own), None where contexts are not tracked",
 	 NULL},
 	{NULL},
 };
@@ -355,41 +398,17 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 	read_counters(start->base, start->nslots, now, &end);
 	if (end.long_waits != start->counters.long_waits)
 		return 0; /* long waits to report as events */
-	const struct counters *c0 = &start->counters;
 	long long duration = span_end - span_start;
 	if ((long long)(now - start->mono_ns) > duration)
 		duration = (long long)(now - start->mono_ns);
 	if (duration < 1)
 		duration = 1;
-	if (end.wait_ns < c0->wait_ns || end.hold_ns < c0->hold_ns || end.acquisitions < c0->acquisitions ||
-	    end.convoy_waits < c0->convoy_waits)
-		return 0; /* figures that break an invariant: the Python hook drops them and says so */
-	/* The home thread's deltas, and what the span's own code did (spans.own_figures, in C). */
-	uint64_t d_wait = end.wait_ns - c0->wait_ns, d_hold = end.hold_ns - c0->hold_ns;
-	uint64_t wait = d_wait, hold = d_hold, acquisitions = end.acquisitions - c0->acquisitions;
-	uint64_t convoy = end.convoy_waits - c0->convoy_waits, others = 0;
-	const struct own *o = &start->own;
-	if (start->tracked) {
-		if (o->flags || ((start->switched || o->threads_else) && !tracked_throughout(start)))
-			return 0; /* unseen switches, a missing charge, untracked for a while: the Python hook says so */
-		if (start->switched) {
-			if (o->hold_home > d_hold)
-				return 0;
-			others = d_hold - o->hold_home;
-			hold = o->hold_home;
-			acquisitions = o->acquisitions_home;
-		}
-		if (o->threads_else != OWN_MANY &&
-		    o->wait_else + o->hold_else > (uint64_t)duration * o->threads_else + CLOCK_SLACK_NS)
-			return 0;
-		wait += o->wait_else;
-		hold += o->hold_else;
-		acquisitions += o->acquisitions_else;
-		convoy += o->convoy_else;
-	}
-	if (d_wait + d_hold > (uint64_t)duration + CLOCK_SLACK_NS)
+	const struct own *o = start->tracked ? &start->own : NULL;
+	int untracked = o && (start->switched || o->threads_else) && !tracked_throughout(start);
+	struct figures f;
+	if (!span_figures(&start->counters, &end, o, start->switched, untracked, duration, &f))
 		return 0;
-	*wait_ratio = (double)wait / (double)duration;
+	*wait_ratio = (double)f.wait / (double)duration;
 	PyObject *keys[] = {k_thread_name, k_thread_id, k_wait_ms, k_hold_ms, k_wait_ratio, k_hold_ratio,
 			    k_acquisitions, k_convoy_waits, k_others_hold_ms};
 	PyObject *ident = NULL; /* thread.id: the managed id, as spans.py */
@@ -397,13 +416,13 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 	PyObject *values[9] = {
 		name,
 		ident,
-		PyFloat_FromDouble((double)wait / 1e6),
-		PyFloat_FromDouble((double)hold / 1e6),
+		PyFloat_FromDouble((double)f.wait / 1e6),
+		PyFloat_FromDouble((double)f.hold / 1e6),
 		PyFloat_FromDouble(*wait_ratio),
-		PyFloat_FromDouble((double)hold / (double)duration),
-		PyLong_FromUnsignedLongLong(acquisitions),
-		PyLong_FromUnsignedLongLong(convoy),
-		PyFloat_FromDouble((double)others / 1e6),
+		PyFloat_FromDouble((double)f.hold / (double)duration),
+		PyLong_FromUnsignedLongLong(f.acquisitions),
+		PyLong_FromUnsignedLongLong(f.convoy),
+		PyFloat_FromDouble((double)f.others / 1e6),
 	};
 	int n = start->tracked && start->switched ? 9 : 8;
 	int rc = -1;
@@ -735,6 +754,13 @@ static PyMethodDef module_methods[] = {
 	 "track_contexts(hooks, var, key): the hooks' spans get their own code's figures, on whichever thread, task "
 	 "or greenlet it runs (var: OpenTelemetry's ContextVar, key: the current span's key in it)."},
 	{"untrack_contexts", contexts_untrack, METH_NOARGS, "untrack_contexts(): undo track_contexts."},
+	{"span_figures", checks_span_figures, METH_VARARGS,
+	 "span_figures(start, end, own, duration): the hooks' figures of a span whose thread's counters were start "
+	 "and end (each (wait_ns, hold_ns, acquisitions, convoy_waits, long_waits)), own an Own or None, duration ns: "
+	 "(wait_ns, hold_ns, acquisitions, convoy_waits, others_hold_ns), or None where the Python hook decides."},
+	{"slot_counters", checks_slot_counters, METH_VARARGS,
+	 "slot_counters(address, now): the counters of the struct gil_slot at address, open intervals closed at now "
+	 "(monotonic ns), as the hooks read them."},
 	{"held_by", (PyCFunction)(void (*)(void))contexts_held_by, METH_FASTCALL,
 	 "held_by(tid, start_ns, end_ns): (name, span id) of the span whose code ran longest then on a thread "
 	 "whose contexts switch, () if none's; None for a thread that never switched."},
@@ -779,7 +805,7 @@ static struct PyModuleDef fastspan_module = {
 PyMODINIT_FUNC PyInit__fastspan(void)
 {
 	if (intern_all() || contexts_init(NULL) || PyType_Ready(&StartType) || PyType_Ready(&HooksType) || PyType_Ready(&SpanMethodType) ||
-	    PyType_Ready(&RatioCounterType))
+	    PyType_Ready(&RatioCounterType) || (OwnType.tp_name == NULL && PyStructSequence_InitType2(&OwnType, &own_desc)))
 		return NULL;
 	if (pthread_atfork(NULL, NULL, count_fork) != 0) {
 		PyErr_SetString(PyExc_OSError, "pthread_atfork failed");
@@ -791,8 +817,10 @@ PyMODINIT_FUNC PyInit__fastspan(void)
 	Py_INCREF(&StartType);
 	Py_INCREF(&HooksType);
 	Py_INCREF(&RatioCounterType);
+	Py_INCREF(&OwnType);
 	if (PyModule_AddObject(m, "Start", (PyObject *)&StartType) || PyModule_AddObject(m, "Hooks", (PyObject *)&HooksType) ||
 	    PyModule_AddObject(m, "RatioCounter", (PyObject *)&RatioCounterType) ||
+	    PyModule_AddObject(m, "Own", (PyObject *)&OwnType) ||
 	    PyModule_AddIntConstant(m, "SLOT_SIZE", sizeof(struct gil_slot)) ||
 	    PyModule_AddIntConstant(m, "LAYOUT_VERSION", GIL_LAYOUT_VERSION) ||
 	    PyModule_AddIntConstant(m, "CLOCK_SLACK_NS", CLOCK_SLACK_NS)) {

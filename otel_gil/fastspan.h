@@ -155,11 +155,22 @@ static inline long find_slot(const char *base, uint32_t nslots)
 	return -1;
 }
 
-/* The calling thread's counters at `now`, open intervals closed there: ring.Ring.read in C,
- * and the only place the C side closes them (as ring.counters does for Python: an open wait
- * still GIL_SLOT_UNCHECKED may turn out to be none, and is not counted). Only the calling
- * thread's own slot: a writer writes it only on this thread's GIL hand-offs, which cannot
- * happen while it runs this with the GIL held. */
+/* A slot's counters at `now`, open intervals closed there: ring.counters in C, and the
+ * only place the C side closes them (an open wait still GIL_SLOT_UNCHECKED may turn out
+ * to be none, and is not counted). */
+static inline void slot_counters(const volatile struct gil_slot *s, uint64_t now, struct counters *out)
+{
+	uint64_t wait_start = s->flags & GIL_SLOT_UNCHECKED ? 0 : s->wait_start_ns, acquired = s->acquired_ns;
+	out->wait_ns = s->wait_ns + (wait_start && now > wait_start ? now - wait_start : 0);
+	out->hold_ns = s->hold_ns + (acquired && now > acquired ? now - acquired : 0);
+	out->acquisitions = s->acquisitions;
+	out->convoy_waits = s->convoy_waits;
+	out->long_waits = s->long_waits;
+}
+
+/* The calling thread's counters at `now` (ring.Ring.read in C). Only the calling thread's
+ * own slot: a writer writes it only on this thread's GIL hand-offs, which cannot happen
+ * while it runs this with the GIL held. */
 static inline void read_counters(const char *base, uint32_t nslots, uint64_t now, struct counters *out)
 {
 	long index = find_slot(base, nslots);
@@ -167,13 +178,7 @@ static inline void read_counters(const char *base, uint32_t nslots, uint64_t now
 		*out = (struct counters){0};
 		return;
 	}
-	const volatile struct gil_slot *s = slot_at(base, index);
-	uint64_t wait_start = s->flags & GIL_SLOT_UNCHECKED ? 0 : s->wait_start_ns, acquired = s->acquired_ns;
-	out->wait_ns = s->wait_ns + (wait_start && now > wait_start ? now - wait_start : 0);
-	out->hold_ns = s->hold_ns + (acquired && now > acquired ? now - acquired : 0);
-	out->acquisitions = s->acquisitions;
-	out->convoy_waits = s->convoy_waits;
-	out->long_waits = s->long_waits;
+	slot_counters(slot_at(base, index), now, out);
 }
 
 /* getattr(obj, name, NULL) without raising (and paying for) an AttributeError. */
@@ -206,6 +211,10 @@ HIDDEN int count_ratio(RatioCounter *self, PyObject *route, double ratio);
 
 /* thread_names.c: the calling thread's name and (*ident_out) ident, new references; NULL on an error. */
 HIDDEN PyObject *thread_name(PyObject *threading, PyObject **ident_out);
+
+/* figure_checks.c: the C figures, callable from Python */
+HIDDEN PyObject *checks_span_figures(PyObject *module, PyObject *args);
+HIDDEN PyObject *checks_slot_counters(PyObject *module, PyObject *args);
 
 /* context_switches.c */
 HIDDEN int contexts_init(PyObject *module);
