@@ -1,6 +1,7 @@
-/* What otel_gil._fastspan's C files share: the span hooks (_fastspan.c), the switch
- * hooks that charge each context its own GIL time (context_switches.c), the thread's
- * name (thread_names.c) and the wait ratio histogram (wait_ratios.c).
+/* What otel_gil._fastspan's C files share: the span hooks (_fastspan.c, their figures in
+ * span_figures.h), the switch hooks that charge each context its own GIL time
+ * (context_switches.c), the thread's name (thread_names.c), the wait ratio histogram
+ * (wait_ratios.c) and the figures callable from Python for tests (figure_checks.c).
  *
  * The slot layout is gil_layout.h (beside this file), the one the writers fill.
  */
