@@ -1,5 +1,5 @@
 """User-space instructions otel-gil adds per span and per GIL hand-off, this checkout against
-another: a measure the machine's load does not move (``perf stat -e instructions:u``).
+another: a measure the machine's load moves far less than time (``perf stat -e instructions:u``).
 
     .venv/bin/python bench/instructions.py --baseline CHECKOUT [--spans 20000] [--pairs 200000] [--repeats 3]
 
@@ -81,14 +81,15 @@ def main() -> int:
     rows = []
     for what, code, n, unit in (("span (C hooks)", SPANS, args.spans, 1), ("hand-off (in-process)", HANDOFFS, args.pairs, 2)):
         here, there = ([added(code, n, checkout) / unit for _ in range(args.repeats)] for checkout in (ROOT, args.baseline))
-        rows.append(f"| {what} | {statistics.median(here):.0f} | {statistics.median(there):.0f} | "
+        rows.append(f"| {what} | {statistics.median(here):.0f} ({min(here):.0f}-{max(here):.0f}) | "
+                    f"{statistics.median(there):.0f} ({min(there):.0f}-{max(there):.0f}) | "
                     f"{statistics.median(here) - statistics.median(there):+.0f} |")
         print(rows[-1], flush=True)
     section = "\n".join([
         f"`.venv/bin/python bench/instructions.py --baseline {args.baseline} --spans {args.spans} --pairs {args.pairs} "
         f"--repeats {args.repeats}` on {results.machine()}. User-space instructions (`perf stat -e instructions:u`) "
-        "otel-gil adds, medians of the repeats: a figure the machine's load does not move, where the timed benchmarks "
-        "above swing by more than the difference looked for.",
+        "otel-gil adds, medians of the repeats (their range in brackets): a figure the machine's load moves far less "
+        "than the timed benchmarks above, which swing by more than the difference looked for.",
         "",
         "| per | this checkout | baseline | difference |",
         "|---|---|---|---|",
