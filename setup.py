@@ -22,6 +22,9 @@ setup(
     ext_modules=[
         Extension(f"otel_gil.{name}", [f"otel_gil/{source}.c" for source in sources], include_dirs=["otel_gil"],
                   optional=not required, depends=sorted(glob.glob("otel_gil/*.h")))
-        for name, sources in (("_inprocess", ["_inprocess"]), ("_fastspan", ["_fastspan", "context_switches"]))
+        for name, sources in (
+            ("_inprocess", ["_inprocess", "got_patch"]),
+            ("_fastspan", ["_fastspan", "context_switches", "thread_names", "wait_ratios", "figure_checks"]),
+        )
     ]
 )

@@ -1,6 +1,7 @@
 """Cost of tracing per GIL hand-off, side by side in one run.
 
     sudo .venv/bin/python bench/handoff.py [--pairs 200000] [--rounds 5]
+    .venv/bin/python bench/handoff.py --baseline CHECKOUT [--pairs 50000] [--rounds 20]
 
 Workload: a loop of os.write + os.read on a pipe; each call releases and
 re-takes the GIL (one hand-off each). Modes, interleaved round by round (baseline first in even rounds, last in odd ones):
@@ -13,6 +14,11 @@ Timed loops run with kernel.bpf_stats_enabled off. A shorter loop per mode then
 runs with it on, to count the collector's BPF program runs (an unregistered
 process must trigger none) and their mean run time.
 Writes medians to bench/RESULTS.md (section "hand-off") and raw runs to bench/out/.
+
+With ``--baseline``, another otel-gil checkout (its C parts built in place): only the
+in-process backend, this checkout's and that one's, each round running baseline, inprocess
+and inprocess[baseline] in rotating order (no root needed); the paired difference per
+hand-off, round by round, goes to the section "hand-off against a baseline".
 """
 
 from __future__ import annotations
@@ -55,10 +61,11 @@ print((time.perf_counter_ns() - t0) / n)
 """
 
 
-def run_loop(pairs: int, sock: str, attach=None) -> float:
-    """ns per pair of one loop process; ``attach(pid)`` runs before it starts and returns a detach callable."""
+def run_loop(pairs: int, sock: str, attach=None, checkout: Path = ROOT) -> float:
+    """ns per pair of one loop process (otel_gil from ``checkout``); ``attach(pid)`` runs before it
+    starts and returns a detach callable."""
     proc = subprocess.Popen([sys.executable, "-c", LOOP, str(pairs), sock], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            stdout=subprocess.PIPE, text=True, **results.python_in(checkout))
     detach = attach(proc.pid) if attach else None
     out, _ = proc.communicate("go\n")
     if detach:
@@ -109,11 +116,46 @@ def prog_stats(pid: int) -> tuple[int, int]:
     return runs, time_ns
 
 
+def against_baseline(pairs: int, rounds: int, baseline: Path) -> str:
+    """The in-process backend of this checkout and of ``baseline``, side by side: RESULTS.md's section."""
+    modes = [("baseline", "-", ROOT), ("inprocess", "inprocess", ROOT), ("inprocess[baseline]", "inprocess", baseline)]
+    runs: dict[str, list[float]] = {name: [] for name, _, _ in modes}
+    for i in range(rounds):
+        for name, target, checkout in modes[i % 3:] + modes[:i % 3]:
+            runs[name].append(run_loop(pairs, target, checkout=checkout))
+        print(f"round {i + 1}/{rounds}: " + ", ".join(f"{k} {v[-1]:.0f} ns" for k, v in runs.items()), flush=True)
+    results.OUT.mkdir(exist_ok=True)
+    (results.OUT / "handoff-baseline.json").write_text(json.dumps({"ns_per_pair": runs}, indent=1))
+    added = {name: [(a - b) / 2 for a, b in zip(runs[name], runs["baseline"])] for name in runs}
+    diff = [(a - b) / 2 for a, b in zip(runs["inprocess"], runs["inprocess[baseline]"])]
+    q1, _, q3 = statistics.quantiles(diff, n=4)
+    lines = [
+        f"`.venv/bin/python bench/handoff.py --baseline {baseline} --pairs {pairs} --rounds {rounds}` on "
+        f"{results.machine()}. {rounds} rounds, each running the three modes once in rotating order; one pair = "
+        "2 hand-offs; `inprocess[baseline]`: the in-process backend of the checkout at --baseline.",
+        "",
+        "| mode | ns per pair (median) | ns per hand-off added, paired within rounds (median) |",
+        "|---|---|---|",
+        *(f"| {name} | {statistics.median(runs[name]):.0f} | {statistics.median(added[name]):+.0f} |" for name in runs),
+        "",
+        f"This checkout's in-process backend against the baseline's: **{statistics.median(diff):+.0f} ns** per hand-off, "
+        f"median of each round's difference (quartiles {q1:+.0f} to {q3:+.0f} ns). Round-to-round spread of the "
+        f"untraced loop: {100 * (max(runs['baseline']) / min(runs['baseline']) - 1):.0f} %.",
+    ]
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--baseline", type=Path, help="another otel-gil checkout (C parts built in place) to compare with")
     args = parser.parse_args()
+    if args.baseline:
+        section = against_baseline(args.pairs, args.rounds, args.baseline)
+        results.write_section("hand-off against a baseline", section)
+        print(section)
+        return 0
     work = tempfile.mkdtemp(prefix="otel-gil-bench-")
     sock = os.path.join(work, "gil.sock")
     modes = ("baseline", "inprocess", "floor", "unregistered", "collector")

@@ -17,6 +17,12 @@ def machine() -> str:
             f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
 
 
+def python_in(checkout: Path) -> dict:
+    """subprocess arguments under which ``python -c`` imports otel_gil from ``checkout``: it is the
+    working directory too, since ``-c`` puts that first on sys.path, before PYTHONPATH."""
+    return {"cwd": str(checkout), "env": {**os.environ, "PYTHONPATH": str(checkout)}}
+
+
 def write_section(name: str, body: str) -> None:
     """Replace (or append) the section ``## name`` of RESULTS.md with ``body``."""
     section = f"## {name}\n\n{body.strip()}\n"

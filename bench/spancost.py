@@ -27,8 +27,8 @@ instrumentor leaves them, but in the last mode: these spans have no wait that lo
 pay nothing for them.
 Each round is a fresh process; a round's figure per mode is its median block,
 the cost is the median over rounds of (mode - otel). With ``--baseline``, another checkout of
-otel-gil (its C parts built in place) runs the same rounds, alternating with this one: the
-server span's cost, as a share of the SDK's own, before and after. Writes the section "span
+otel-gil (its C parts built in place) runs in a second process beside each round's, the two
+timing their blocks in turn: a span's cost, as a share of the SDK's own, before and after. Writes the section "span
 cost" of bench/RESULTS.md and the raw runs to bench/out/spancost.json.
 """
 
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -65,7 +64,7 @@ class Drop(SpanExporter):
         Drop.last = spans[-1]
         return SpanExportResult.SUCCESS
 
-n, blocks = int(sys.argv[1]), int(sys.argv[2])
+n = int(sys.argv[1])
 registration = InProcess()
 registration.start()
 assert registration.status == "ok", registration.detail
@@ -106,23 +105,37 @@ def block(mode):
 
 for mode in modes:  # warm-up
     block(mode)
-times = {mode: [] for mode in modes}
-for i in range(blocks):
-    for mode in modes:
-        times[mode].append(block(mode))
-print(json.dumps({mode: statistics.median(t) for mode, t in times.items()}))
+print("ready", flush=True)
+for line in sys.stdin:  # a mode's name: time one block of it
+    print(block(line.strip()), flush=True)
 """
 MODES = ("otel", "otel+empty-processor", "otel+otel-gil", "otel+otel-gil[py]", "server", "server+otel-gil",
          "server+otel-gil[no-wait-spans]")
 
 
-def run(spans: int, blocks: int, checkout: Path = ROOT) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(checkout)}
-    done = subprocess.run([sys.executable, "-c", CHILD, str(spans), str(blocks)],
-                          capture_output=True, text=True, env=env)
-    if done.returncode:
-        raise RuntimeError(f"the benchmark process failed:\n{done.stderr}")
-    return json.loads(done.stdout)
+def run(spans: int, blocks: int, checkouts: list[Path]) -> list[dict]:
+    """One round: a fresh process per checkout, timing ``blocks`` blocks of each mode, the
+    checkouts' blocks taking turns (in rotating order) so that the machine's drift reaches
+    each alike; each checkout's median block per mode."""
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(spans)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, **results.python_in(checkout)) for checkout in checkouts]
+    times: list[dict] = [{mode: [] for mode in MODES} for _ in procs]
+    try:
+        for proc in procs:
+            if proc.stdout.readline().strip() != "ready":
+                raise RuntimeError("a benchmark process failed to start (its stderr is above)")
+        for i in range(blocks):
+            for mode in MODES:
+                for k in range(len(procs)):
+                    j = (i + k) % len(procs)
+                    procs[j].stdin.write(mode + "\n")
+                    procs[j].stdin.flush()
+                    times[j][mode].append(float(procs[j].stdout.readline()))
+    finally:
+        for proc in procs:
+            proc.stdin.close()
+            proc.wait()
+    return [{mode: statistics.median(t) for mode, t in per.items()} for per in times]
 
 
 def main() -> int:
@@ -135,12 +148,13 @@ def main() -> int:
     raw: dict[str, list[float]] = {m: [] for m in MODES}
     base: dict[str, list[float]] = {m: [] for m in MODES}
     for i in range(args.rounds):
-        for mode, ns in run(args.spans, args.blocks).items():
-            raw[mode].append(ns)
+        now, *baseline = run(args.spans, args.blocks, [ROOT, *([args.baseline] if args.baseline else [])])
+        for mode in MODES:
+            raw[mode].append(now[mode])
+            if baseline:
+                base[mode].append(baseline[0][mode])
         print(f"round {i + 1}/{args.rounds}: " + ", ".join(f"{m} {raw[m][-1]:.0f} ns" for m in MODES), flush=True)
-        if args.baseline:
-            for mode, ns in run(args.spans, args.blocks, args.baseline).items():
-                base[mode].append(ns)
+        if baseline:
             print(f"  baseline: " + ", ".join(f"{m} {base[m][-1]:.0f} ns" for m in MODES), flush=True)
     med = {m: statistics.median(raw[m]) for m in MODES}
     added = {m: statistics.median(a - o for a, o in zip(raw[m], raw["server" if m.startswith("server") else "otel"]))
@@ -149,6 +163,8 @@ def main() -> int:
     (results.OUT / "spancost.json").write_text(json.dumps({"runs": raw, "baseline": base}, indent=1))
     share = {name: statistics.median(100 * (g - o) / o for g, o in zip(runs["server+otel-gil"], runs["server"]))
              for name, runs in (("now", raw), ("baseline", base)) if runs["server"]}
+    plain = {name: statistics.median(100 * (g - o) / o for g, o in zip(runs["otel+otel-gil"], runs["otel"]))
+             for name, runs in (("now", raw), ("baseline", base)) if runs["otel"]}
     c, floor = added["otel+otel-gil"], added["otel+empty-processor"]
     body = "\n".join([
         f"`sudo .venv/bin/python bench/spancost.py --spans {args.spans} --blocks {args.blocks} --rounds {args.rounds}` "
@@ -177,10 +193,12 @@ def main() -> int:
         "wait that long never reaches the wait-span code (it runs only from the Python end hook, for spans that have one).",
     ])
     if "baseline" in share:
-        body += (f"\n\nAgainst {args.baseline} (`--baseline`, its rounds alternating with these): a server span's cost "
+        body += (f"\n\nAgainst {args.baseline} (`--baseline`, a process of it beside each round's, their blocks taking turns): a server span's cost "
                  f"is **{share['now']:.1f} %** of the SDK's own server span now, {share['baseline']:.1f} % there: "
                  f"{share['now'] - share['baseline']:+.1f} points (target: within 1 point: "
-                 f"{'met' if share['now'] - share['baseline'] <= 1 else 'not met'}), medians of each round's share.")
+                 f"{'met' if share['now'] - share['baseline'] <= 1 else 'not met'}), medians of each round's share; "
+                 f"a plain span's (`otel+otel-gil`): {plain['now']:.1f} % of the SDK's own span now, "
+                 f"{plain['baseline']:.1f} % there ({plain['now'] - plain['baseline']:+.1f} points).")
     results.write_section("span cost", body)
     print(body)
     return 0

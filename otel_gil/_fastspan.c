@@ -11,12 +11,10 @@
  * The slot layout is otel_gil/gil_layout.h, the same file the BPF side uses.
  */
 #include "fastspan.h"
+#include "span_figures.h"
 
 #include <pthread.h>
 #include <structmember.h>
-
-/* How far wait + hold may pass a span's duration (the clocks' reads around it): spans.CLOCK_SLACK_NS. */
-#define CLOCK_SLACK_NS 50000
 
 /* fork()s this process came out of, whoever called fork (os.fork, or C code such as
  * uWSGI's, where Python's at-fork hooks never run): a child's cached tids expire, and
@@ -28,11 +26,10 @@ static void count_fork(void) { forks++; }
 __thread struct thread_slot tls = {NULL, -1, 0, 0, -1};
 
 /* Interned attribute names and attribute keys, made when the module loads. */
-PyObject *s_start_attr;
+PyObject *s_start_attr, *s_active, *s_private_name, *s_public_name, *s_thread_key;
 static PyObject *s_ring, *s_generation, *s_status, *s_address, *s_nslots, *s_long_wait_ns,
 	*s_start_time, *s_end_time, *s_attributes, *s_dict, *s_immutable, *s_max_value_len, *s_maxlen,
-	*s_active, *s_name, *s_public_name, *s_kind, *s_set_attributes, *s_end_time_kw, *s_span_processor, *s_thread_key,
-	*s_start;
+	*s_kind, *s_set_attributes, *s_end_time_kw, *s_span_processor, *s_start;
 static PyObject *k_thread_name, *k_thread_id, *k_wait_ms, *k_hold_ms, *k_wait_ratio, *k_hold_ratio,
 	*k_acquisitions, *k_convoy_waits, *k_others_hold_ms, *k_http_route;
 
@@ -58,17 +55,62 @@ static PyObject *Start_counters(Start *self, void *closure)
 			     (unsigned long long)c->long_waits);
 }
 
-/* What the span's own code did (context_switches.c), as spans.Own; None where contexts are not tracked. */
+/* Start.own: what the span's own code did (context_switches.c). Its fields are spans.Own's,
+ * by name (tests/unit/test_native_contract.py checks both sides). */
+static PyStructSequence_Field own_fields[] = {
+	{"hold_home", "ns the GIL was held by its code on its home thread"},
+	{"acquisitions_home", "GIL acquisitions by its code on its home thread"},
+	{"wait_else", "ns its code waited on other threads"},
+	{"hold_else", "ns its code held the GIL on other threads"},
+	{"acquisitions_else", "GIL acquisitions by its code on other threads"},
+	{"convoy_else", "convoy waits of its code on other threads"},
+	{"threads_else", "other threads its code ran on, -1: more than 8"},
+	{"switched", "its home thread switched contexts while it ran"},
+	{"unseen", "a switch no hook saw changed whose code ran on a thread it ran on"},
+	{"broken", "a thread's counters went back between two charges"},
+	{"untracked", "otel-gil was uninstrumented for a while since it started"},
+	{NULL},
+};
+
+static PyStructSequence_Desc own_desc = {
+	"otel_gil._fastspan.Own",
+	"What a span's own code did on the GIL (spans.Own).",
+	own_fields,
+	sizeof(own_fields) / sizeof(own_fields[0]) - 1,
+};
+
+static PyTypeObject OwnType;
+
+/* The span's Own; None where contexts are not tracked. */
 static PyObject *Start_own(Start *self, void *closure)
 {
 	if (!self->tracked)
 		Py_RETURN_NONE;
 	const struct own *o = &self->own;
-	return Py_BuildValue("(KKKKKKiiiii)", (unsigned long long)o->hold_home, (unsigned long long)o->acquisitions_home,
-			     (unsigned long long)o->wait_else, (unsigned long long)o->hold_else,
-			     (unsigned long long)o->acquisitions_else, (unsigned long long)o->convoy_else,
-			     o->threads_else == OWN_MANY ? -1 : (int)o->threads_else, self->switched,
-			     (o->flags & OWN_UNSEEN) != 0, (o->flags & OWN_BROKEN) != 0, !tracked_throughout(self));
+	PyObject *own = PyStructSequence_New(&OwnType);
+	if (own == NULL)
+		return NULL;
+	PyObject *values[] = {
+		PyLong_FromUnsignedLongLong(o->hold_home),
+		PyLong_FromUnsignedLongLong(o->acquisitions_home),
+		PyLong_FromUnsignedLongLong(o->wait_else),
+		PyLong_FromUnsignedLongLong(o->hold_else),
+		PyLong_FromUnsignedLongLong(o->acquisitions_else),
+		PyLong_FromUnsignedLongLong(o->convoy_else),
+		PyLong_FromLong(o->threads_else == OWN_MANY ? -1 : (long)o->threads_else),
+		PyBool_FromLong(self->switched),
+		PyBool_FromLong((o->flags & OWN_UNSEEN) != 0),
+		PyBool_FromLong((o->flags & OWN_BROKEN) != 0),
+		PyBool_FromLong(!tracked_throughout(self)),
+	};
+	int failed = 0;
+	for (Py_ssize_t i = 0; i < (Py_ssize_t)(sizeof(values) / sizeof(values[0])); i++) {
+		failed |= values[i] == NULL;
+		PyStructSequence_SET_ITEM(own, i, values[i]);
+	}
+	if (failed)
+		Py_CLEAR(own);
+	return own;
 }
 
 static PyMemberDef Start_members[] = {
@@ -85,7 +127,7 @@ static PyMemberDef Start_members[] = {
 
 static PyGetSetDef Start_getset[] = {
 	{"counters", (getter)Start_counters, NULL, "(wait_ns, hold_ns, acquisitions, convoy_waits, long_waits)", NULL},
-	{"own", (getter)Start_own, NULL, "what the span's own code did on the GIL (spans.Own), None where contexts are not tracked",
+	{"own", (getter)Start_own, NULL, "what the span's own code did on the GIL (Own), None where contexts are not tracked",
 	 NULL},
 	{NULL},
 };
@@ -99,135 +141,6 @@ PyTypeObject StartType = {
 	.tp_doc = "GIL counters of a thread when a span started (read by the C and Python hooks alike).",
 	.tp_members = Start_members,
 	.tp_getset = Start_getset,
-};
-
-/* ---------------------------------------------------------------- RatioCounter */
-
-/* metrics.WaitRatios' counting in C: a server span's wait ratio into its route's
- * bucket, with no Python frame and no lock (nothing in it releases the GIL, so it
- * is atomic for every other thread, and WaitRatios.rows copies rows whole). */
-struct RatioCounter {
-	PyObject_HEAD
-	vectorcallfunc vectorcall;
-	PyObject *table;       /* dict: route -> [count per bucket..., count above the last bound, sum] */
-	PyObject *other;       /* where routes beyond max_routes are counted */
-	Py_ssize_t max_routes;
-	Py_ssize_t nbounds;
-	double bounds[32];     /* upper bounds (le) of the buckets, ascending */
-};
-
-static int count_ratio(RatioCounter *self, PyObject *route, double ratio)
-{
-	Py_ssize_t bucket = 0; /* bisect_left: the first bound >= ratio */
-	while (bucket < self->nbounds && self->bounds[bucket] < ratio)
-		bucket++;
-	PyObject *row = PyDict_GetItemWithError(self->table, route);
-	if (row == NULL) {
-		if (PyErr_Occurred())
-			return -1;
-		if (PyDict_GET_SIZE(self->table) >= self->max_routes)
-			route = self->other;
-		row = PyDict_GetItemWithError(self->table, route);
-		if (row == NULL) {
-			if (PyErr_Occurred() || (row = PyList_New(self->nbounds + 2)) == NULL)
-				return -1;
-			for (Py_ssize_t i = 0; i <= self->nbounds; i++)
-				PyList_SET_ITEM(row, i, PyLong_FromLong(0));
-			PyList_SET_ITEM(row, self->nbounds + 1, PyFloat_FromDouble(0.0));
-			int failed = PyDict_SetItem(self->table, route, row);
-			Py_DECREF(row); /* the table holds it */
-			if (failed)
-				return -1;
-		}
-	}
-	if (!PyList_CheckExact(row) || PyList_GET_SIZE(row) != self->nbounds + 2) {
-		PyErr_SetString(PyExc_TypeError, "a WaitRatios row is not a list of the bucket counts and the sum");
-		return -1;
-	}
-	long long counted = PyLong_AsLongLong(PyList_GET_ITEM(row, bucket));
-	PyObject *count = counted < 0 ? NULL : PyLong_FromLongLong(counted + 1);
-	PyObject *sum = count ? PyFloat_FromDouble(PyFloat_AsDouble(PyList_GET_ITEM(row, self->nbounds + 1)) + ratio) : NULL;
-	if (sum == NULL) {
-		Py_XDECREF(count);
-		return -1;
-	}
-	PyList_SetItem(row, bucket, count);
-	PyList_SetItem(row, self->nbounds + 1, sum);
-	return 0;
-}
-
-static PyObject *RatioCounter_vectorcall(RatioCounter *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
-{
-	double ratio;
-	if (PyVectorcall_NARGS(nargsf) != 2 || kwnames != NULL || !PyUnicode_Check(args[1]) ||
-	    ((ratio = PyFloat_AsDouble(args[0])) == -1.0 && PyErr_Occurred())) {
-		if (!PyErr_Occurred())
-			PyErr_SetString(PyExc_TypeError, "counter(ratio: float, route: str)");
-		return NULL;
-	}
-	if (count_ratio(self, args[1], ratio))
-		return NULL;
-	Py_RETURN_NONE;
-}
-
-static int RatioCounter_init(RatioCounter *self, PyObject *args, PyObject *kwds)
-{
-	static char *kwlist[] = {"table", "bounds", "max_routes", "other", NULL};
-	PyObject *table, *bounds, *other;
-	Py_ssize_t max_routes;
-	if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!nU", kwlist, &PyDict_Type, &table, &PyTuple_Type, &bounds,
-					 &max_routes, &other))
-		return -1;
-	if (PyTuple_GET_SIZE(bounds) > 32) {
-		PyErr_SetString(PyExc_ValueError, "at most 32 bucket bounds");
-		return -1;
-	}
-	self->nbounds = PyTuple_GET_SIZE(bounds);
-	for (Py_ssize_t i = 0; i < self->nbounds; i++)
-		if ((self->bounds[i] = PyFloat_AsDouble(PyTuple_GET_ITEM(bounds, i))) == -1.0 && PyErr_Occurred())
-			return -1;
-	Py_INCREF(table);
-	Py_XSETREF(self->table, table);
-	Py_INCREF(other);
-	Py_XSETREF(self->other, other);
-	self->max_routes = max_routes;
-	self->vectorcall = (vectorcallfunc)RatioCounter_vectorcall;
-	return 0;
-}
-
-static int RatioCounter_traverse(RatioCounter *self, visitproc visit, void *arg)
-{
-	Py_VISIT(self->table);
-	return 0;
-}
-
-static int RatioCounter_clear(RatioCounter *self)
-{
-	Py_CLEAR(self->table);
-	Py_CLEAR(self->other);
-	return 0;
-}
-
-static void RatioCounter_dealloc(RatioCounter *self)
-{
-	PyObject_GC_UnTrack(self);
-	RatioCounter_clear(self);
-	Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyTypeObject RatioCounterType = {
-	PyVarObject_HEAD_INIT(NULL, 0)
-	.tp_name = "otel_gil._fastspan.RatioCounter",
-	.tp_basicsize = sizeof(RatioCounter),
-	.tp_dealloc = (destructor)RatioCounter_dealloc,
-	.tp_vectorcall_offset = offsetof(RatioCounter, vectorcall),
-	.tp_call = PyVectorcall_Call,
-	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-	.tp_doc = "RatioCounter(table, bounds, max_routes, other)(ratio, route): metrics.WaitRatios.record in C.",
-	.tp_traverse = (traverseproc)RatioCounter_traverse,
-	.tp_clear = (inquiry)RatioCounter_clear,
-	.tp_init = (initproc)RatioCounter_init,
-	.tp_new = PyType_GenericNew,
 };
 
 /* ---------------------------------------------------------------- Hooks */
@@ -402,63 +315,6 @@ static PyObject *snapshot_onto(Hooks *self, PyObject *span)
 	Py_RETURN_NONE;
 }
 
-/* threading.current_thread() and its ident (new references), without a Python frame for a
- * threading.Thread: cached in the thread state's dict, which CPython clears as the thread
- * exits; looked up again where the ident changed (a fork's child). */
-static PyObject *current_thread(Hooks *self, PyObject **ident_out)
-{
-	unsigned long ident = PyThread_get_thread_ident();
-	PyObject *tdict = PyThreadState_GetDict(); /* borrowed */
-	PyObject *cached = tdict ? PyDict_GetItemWithError(tdict, s_thread_key) : NULL;
-	if (cached && PyTuple_CheckExact(cached) && PyTuple_GET_SIZE(cached) == 2 &&
-	    PyLong_AsUnsignedLong(PyTuple_GET_ITEM(cached, 1)) == ident) {
-		PyObject *thread = PyTuple_GET_ITEM(cached, 0);
-		*ident_out = PyTuple_GET_ITEM(cached, 1);
-		Py_INCREF(*ident_out);
-		Py_INCREF(thread);
-		return thread;
-	}
-	PyErr_Clear();
-	PyObject *key = PyLong_FromUnsignedLong(ident);
-	if (key == NULL)
-		return NULL;
-	PyObject *active = PyObject_GetAttr(self->threading, s_active);
-	PyObject *thread = active && PyDict_Check(active) ? PyDict_GetItemWithError(active, key) : NULL;
-	Py_XINCREF(thread);
-	Py_XDECREF(active);
-	if (thread == NULL) {
-		PyErr_Clear();
-		thread = PyObject_CallMethod(self->threading, "current_thread", NULL);
-		if (thread == NULL) {
-			Py_DECREF(key);
-			return NULL;
-		}
-	}
-	PyObject *pair = tdict ? PyTuple_Pack(2, thread, key) : NULL;
-	if (pair == NULL || PyDict_SetItem(tdict, s_thread_key, pair))
-		PyErr_Clear();
-	Py_XDECREF(pair);
-	*ident_out = key;
-	return thread;
-}
-
-/* The thread's name (Thread._name's storage: no property call) and ident, as new references. */
-static PyObject *thread_name(Hooks *self, PyObject **ident_out)
-{
-	PyObject *thread = current_thread(self, ident_out);
-	if (thread == NULL)
-		return NULL;
-	PyObject *name = PyObject_GetAttr(thread, s_name);
-	if (name == NULL) {
-		PyErr_Clear();
-		name = PyObject_GetAttr(thread, s_public_name);
-	}
-	Py_DECREF(thread);
-	if (name == NULL)
-		Py_CLEAR(*ident_out);
-	return name;
-}
-
 /* The span's attribute dict (a new reference) if it takes our values as set_attributes
  * would leave them (mutable, no value length limit, room for them), else NULL. */
 static PyObject *direct_dict(PyObject *span, Py_ssize_t adding)
@@ -542,55 +398,31 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 	read_counters(start->base, start->nslots, now, &end);
 	if (end.long_waits != start->counters.long_waits)
 		return 0; /* long waits to report as events */
-	const struct counters *c0 = &start->counters;
 	long long duration = span_end - span_start;
 	if ((long long)(now - start->mono_ns) > duration)
 		duration = (long long)(now - start->mono_ns);
 	if (duration < 1)
 		duration = 1;
-	if (end.wait_ns < c0->wait_ns || end.hold_ns < c0->hold_ns || end.acquisitions < c0->acquisitions ||
-	    end.convoy_waits < c0->convoy_waits)
-		return 0; /* figures that break an invariant: the Python hook drops them and says so */
-	/* The home thread's deltas, and what the span's own code did (spans.own_figures, in C). */
-	uint64_t d_wait = end.wait_ns - c0->wait_ns, d_hold = end.hold_ns - c0->hold_ns;
-	uint64_t wait = d_wait, hold = d_hold, acquisitions = end.acquisitions - c0->acquisitions;
-	uint64_t convoy = end.convoy_waits - c0->convoy_waits, others = 0;
-	const struct own *o = &start->own;
-	if (start->tracked) {
-		if (o->flags || ((start->switched || o->threads_else) && !tracked_throughout(start)))
-			return 0; /* unseen switches, a missing charge, untracked for a while: the Python hook says so */
-		if (start->switched) {
-			if (o->hold_home > d_hold)
-				return 0;
-			others = d_hold - o->hold_home;
-			hold = o->hold_home;
-			acquisitions = o->acquisitions_home;
-		}
-		if (o->threads_else != OWN_MANY &&
-		    o->wait_else + o->hold_else > (uint64_t)duration * o->threads_else + CLOCK_SLACK_NS)
-			return 0;
-		wait += o->wait_else;
-		hold += o->hold_else;
-		acquisitions += o->acquisitions_else;
-		convoy += o->convoy_else;
-	}
-	if (d_wait + d_hold > (uint64_t)duration + CLOCK_SLACK_NS)
+	const struct own *o = start->tracked ? &start->own : NULL;
+	int untracked = o && (start->switched || o->threads_else) && !tracked_throughout(start);
+	struct figures f;
+	if (!span_figures(&start->counters, &end, o, start->switched, untracked, duration, &f))
 		return 0;
-	*wait_ratio = (double)wait / (double)duration;
+	*wait_ratio = (double)f.wait / (double)duration;
 	PyObject *keys[] = {k_thread_name, k_thread_id, k_wait_ms, k_hold_ms, k_wait_ratio, k_hold_ratio,
 			    k_acquisitions, k_convoy_waits, k_others_hold_ms};
 	PyObject *ident = NULL; /* thread.id: the managed id, as spans.py */
-	PyObject *name = thread_name(self, &ident);
+	PyObject *name = thread_name(self->threading, &ident);
 	PyObject *values[9] = {
 		name,
 		ident,
-		PyFloat_FromDouble((double)wait / 1e6),
-		PyFloat_FromDouble((double)hold / 1e6),
+		PyFloat_FromDouble((double)f.wait / 1e6),
+		PyFloat_FromDouble((double)f.hold / 1e6),
 		PyFloat_FromDouble(*wait_ratio),
-		PyFloat_FromDouble((double)hold / (double)duration),
-		PyLong_FromUnsignedLongLong(acquisitions),
-		PyLong_FromUnsignedLongLong(convoy),
-		PyFloat_FromDouble((double)others / 1e6),
+		PyFloat_FromDouble((double)f.hold / (double)duration),
+		PyLong_FromUnsignedLongLong(f.acquisitions),
+		PyLong_FromUnsignedLongLong(f.convoy),
+		PyFloat_FromDouble((double)f.others / 1e6),
 	};
 	int n = start->tracked && start->switched ? 9 : 8;
 	int rc = -1;
@@ -659,7 +491,7 @@ static int count_server_span(Hooks *hooks, PyObject *span, PyObject *attributes,
 	Py_XINCREF(route);
 	if (route == NULL || !PyObject_IsTrue(route)) {
 		Py_XDECREF(route);
-		route = lookup(span, s_name);
+		route = lookup(span, s_private_name);
 	}
 	int failed = route == NULL || !PyUnicode_CheckExact(route) || count_ratio(hooks->ratios, route, wait_ratio);
 	Py_XDECREF(route);
@@ -922,6 +754,13 @@ static PyMethodDef module_methods[] = {
 	 "track_contexts(hooks, var, key): the hooks' spans get their own code's figures, on whichever thread, task "
 	 "or greenlet it runs (var: OpenTelemetry's ContextVar, key: the current span's key in it)."},
 	{"untrack_contexts", contexts_untrack, METH_NOARGS, "untrack_contexts(): undo track_contexts."},
+	{"span_figures", checks_span_figures, METH_VARARGS,
+	 "span_figures(start, end, own, duration): the hooks' figures of a span whose thread's counters were start "
+	 "and end (each (wait_ns, hold_ns, acquisitions, convoy_waits, long_waits)), own an Own or None, duration ns: "
+	 "(wait_ns, hold_ns, acquisitions, convoy_waits, others_hold_ns), or None where the Python hook decides."},
+	{"slot_counters", checks_slot_counters, METH_VARARGS,
+	 "slot_counters(address, now): the counters of the struct gil_slot at address, open intervals closed at now "
+	 "(monotonic ns), as the hooks read them."},
 	{"held_by", (PyCFunction)(void (*)(void))contexts_held_by, METH_FASTCALL,
 	 "held_by(tid, start_ns, end_ns): (name, span id) of the span whose code ran longest then on a thread "
 	 "whose contexts switch, () if none's; None for a thread that never switched."},
@@ -941,7 +780,7 @@ static int intern_all(void)
 		{&s_start_time, "_start_time"}, {&s_end_time, "_end_time"}, {&s_end_time_kw, "end_time"}, {&s_attributes, "_attributes"},
 		{&s_dict, "_dict"}, {&s_immutable, "_immutable"},
 		{&s_max_value_len, "max_value_len"}, {&s_maxlen, "maxlen"},
-		 {&s_active, "_active"}, {&s_name, "_name"}, {&s_public_name, "name"}, {&s_kind, "_kind"},
+		 {&s_active, "_active"}, {&s_private_name, "_name"}, {&s_public_name, "name"}, {&s_kind, "_kind"},
 		{&s_set_attributes, "set_attributes"}, {&s_span_processor, "_span_processor"}, {&s_thread_key, "otel_gil.thread"},
 		{&s_start, "start"},
 		{&k_thread_name, "thread.name"}, {&k_thread_id, "thread.id"}, {&k_wait_ms, "gil.wait_ms"},
@@ -966,7 +805,7 @@ static struct PyModuleDef fastspan_module = {
 PyMODINIT_FUNC PyInit__fastspan(void)
 {
 	if (intern_all() || contexts_init(NULL) || PyType_Ready(&StartType) || PyType_Ready(&HooksType) || PyType_Ready(&SpanMethodType) ||
-	    PyType_Ready(&RatioCounterType))
+	    PyType_Ready(&RatioCounterType) || (OwnType.tp_name == NULL && PyStructSequence_InitType2(&OwnType, &own_desc)))
 		return NULL;
 	if (pthread_atfork(NULL, NULL, count_fork) != 0) {
 		PyErr_SetString(PyExc_OSError, "pthread_atfork failed");
@@ -978,8 +817,10 @@ PyMODINIT_FUNC PyInit__fastspan(void)
 	Py_INCREF(&StartType);
 	Py_INCREF(&HooksType);
 	Py_INCREF(&RatioCounterType);
+	Py_INCREF(&OwnType);
 	if (PyModule_AddObject(m, "Start", (PyObject *)&StartType) || PyModule_AddObject(m, "Hooks", (PyObject *)&HooksType) ||
 	    PyModule_AddObject(m, "RatioCounter", (PyObject *)&RatioCounterType) ||
+	    PyModule_AddObject(m, "Own", (PyObject *)&OwnType) ||
 	    PyModule_AddIntConstant(m, "SLOT_SIZE", sizeof(struct gil_slot)) ||
 	    PyModule_AddIntConstant(m, "LAYOUT_VERSION", GIL_LAYOUT_VERSION) ||
 	    PyModule_AddIntConstant(m, "CLOCK_SLACK_NS", CLOCK_SLACK_NS)) {

@@ -2,10 +2,9 @@
  * app, with no privilege and no collector.
  *
  * The interpreter calls pthread_cond_signal and pthread_cond_timedwait through
- * its GOT (JUMP_SLOT relocations, or GLOB_DAT in -fno-plt builds). install()
- * finds the ELF object that holds the interpreter (dl_iterate_phdr), swaps those
- * GOT entries for the wrappers below, and learns the GIL's two condition
- * variables from a Py_BEGIN/END_ALLOW_THREADS of its own. From then on the
+ * its GOT. install() swaps those GOT entries for the wrappers below (got_patch.c;
+ * `hooked` is the table of them), and learns the GIL's two condition variables
+ * from a Py_BEGIN/END_ALLOW_THREADS of its own. From then on the
  * wrappers run the collector's event logic (otel_gil/gil_writer.h, the same
  * code its BPF program compiles) into the same layout (otel_gil/gil_layout.h),
  * in this process's own memory:
@@ -13,9 +12,7 @@
  *   pthread_cond_signal(&gil->switch_cond)  an acquisition (take_gil)
  *   pthread_cond_timedwait(&gil->cond)      a contended wait, each call of it
  *   pthread key destructor                  a thread exits: fold its figures
- * The wrappers then call the real function, taken from dlsym(RTLD_DEFAULT):
- * never the saved GOT value, which on lazy-binding builds is a PLT stub whose
- * resolver would overwrite the hook.
+ * The wrappers then call the real function (got_patch.h says where from).
  *
  * A logged hold also records where the releasing thread's Python code was
  * (otel_gil/gil_location.h, the collector's code too), read with plain loads
@@ -33,10 +30,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include <dlfcn.h>
 #include <fcntl.h>
-#include <elf.h>
-#include <link.h>
 #include <linux/types.h> /* the __u32/__u64 of gil_layout.h */
 #include <pthread.h>
 #include <stddef.h>
@@ -48,19 +42,9 @@
 #include <unistd.h>
 
 #include "gil_layout.h"
-
-#if defined(__x86_64__)
-#define R_JUMP_SLOT R_X86_64_JUMP_SLOT
-#define R_GLOB_DAT R_X86_64_GLOB_DAT
-#elif defined(__aarch64__)
-#define R_JUMP_SLOT R_AARCH64_JUMP_SLOT
-#define R_GLOB_DAT R_AARCH64_GLOB_DAT
-#else
-#error "otel_gil._inprocess knows the GOT relocations of x86_64 and aarch64 only"
-#endif
+#include "got_patch.h"
 
 #define COND_STRIDE (sizeof(pthread_cond_t) + sizeof(pthread_mutex_t)) /* &gil->switch_cond - &gil->cond */
-#define MAX_GOT 8
 
 typedef int (*signal_fn)(pthread_cond_t *);
 typedef int (*timedwait_fn)(pthread_cond_t *, pthread_mutex_t *, const struct timespec *);
@@ -294,139 +278,6 @@ static int hook_cond_timedwait(pthread_cond_t *cond, pthread_mutex_t *mutex, con
 	return real_timedwait(cond, mutex, abstime);
 }
 
-/* ------------------------------------------------------- GOT patching */
-
-struct got_entry {
-	void **address; /* the GOT slot */
-	void *original; /* its value before install */
-	const char *symbol;
-	int relro;      /* in a page ld.so made read-only */
-};
-
-static struct got_entry got[MAX_GOT];
-static int ngot;
-static char object_name[512]; /* the ELF object patched, for messages */
-
-struct search {
-	uintptr_t inside; /* an address of the interpreter's code */
-	int found;
-	const char *error;
-};
-
-static uintptr_t dyn_ptr(ElfW(Addr) base, ElfW(Addr) value)
-{
-	/* ld.so relocates these in place where the dynamic section is writable. */
-	return value < base ? base + value : value;
-}
-
-static int is_relro(const struct dl_phdr_info *info, uintptr_t address)
-{
-	long page = sysconf(_SC_PAGESIZE);
-	for (int i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-		if (ph->p_type != PT_GNU_RELRO)
-			continue;
-		uintptr_t start = (info->dlpi_addr + ph->p_vaddr) & ~(uintptr_t)(page - 1);
-		uintptr_t end = (info->dlpi_addr + ph->p_vaddr + ph->p_memsz) & ~(uintptr_t)(page - 1);
-		return address >= start && address < end; /* what ld.so's _dl_protect_relro protects */
-	}
-	return 0;
-}
-
-static void collect_relocs(struct dl_phdr_info *info, const ElfW(Rela) *rel, size_t size, const ElfW(Sym) *symtab,
-			   const char *strtab)
-{
-	for (size_t i = 0; i < size / sizeof(ElfW(Rela)); i++) {
-		unsigned long type = ELF64_R_TYPE(rel[i].r_info);
-		if (type != R_JUMP_SLOT && type != R_GLOB_DAT)
-			continue;
-		const char *name = strtab + symtab[ELF64_R_SYM(rel[i].r_info)].st_name;
-		const char *symbol = strcmp(name, "pthread_cond_signal") == 0      ? "pthread_cond_signal"
-				     : strcmp(name, "pthread_cond_timedwait") == 0 ? "pthread_cond_timedwait"
-										   : NULL;
-		if (symbol == NULL || ngot == MAX_GOT)
-			continue;
-		uintptr_t address = info->dlpi_addr + rel[i].r_offset;
-		got[ngot].address = (void **)address;
-		got[ngot].symbol = symbol;
-		got[ngot].relro = is_relro(info, address);
-		ngot++;
-	}
-}
-
-static int find_interpreter(struct dl_phdr_info *info, size_t size, void *data)
-{
-	struct search *search = data;
-	const ElfW(Dyn) *dyn = NULL;
-	int inside = 0;
-	(void)size;
-	for (int i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-		uintptr_t start = info->dlpi_addr + ph->p_vaddr;
-		if (ph->p_type == PT_LOAD && search->inside >= start && search->inside < start + ph->p_memsz)
-			inside = 1;
-		else if (ph->p_type == PT_DYNAMIC)
-			dyn = (const ElfW(Dyn) *)(info->dlpi_addr + ph->p_vaddr);
-	}
-	if (!inside)
-		return 0;
-	search->found = 1;
-	snprintf(object_name, sizeof(object_name), "%s", info->dlpi_name && *info->dlpi_name ? info->dlpi_name : "the executable");
-	if (dyn == NULL) {
-		search->error = "has no dynamic section (a fully static build has no GOT to hook)";
-		return 1;
-	}
-	const ElfW(Sym) *symtab = NULL;
-	const char *strtab = NULL;
-	const ElfW(Rela) *jmprel = NULL, *rela = NULL;
-	size_t jmprel_size = 0, rela_size = 0;
-	for (; dyn->d_tag != DT_NULL; dyn++) {
-		switch (dyn->d_tag) {
-		case DT_SYMTAB: symtab = (const ElfW(Sym) *)dyn_ptr(info->dlpi_addr, dyn->d_un.d_ptr); break;
-		case DT_STRTAB: strtab = (const char *)dyn_ptr(info->dlpi_addr, dyn->d_un.d_ptr); break;
-		case DT_JMPREL: jmprel = (const ElfW(Rela) *)dyn_ptr(info->dlpi_addr, dyn->d_un.d_ptr); break;
-		case DT_PLTRELSZ: jmprel_size = dyn->d_un.d_val; break;
-		case DT_RELA: rela = (const ElfW(Rela) *)dyn_ptr(info->dlpi_addr, dyn->d_un.d_ptr); break;
-		case DT_RELASZ: rela_size = dyn->d_un.d_val; break;
-		}
-	}
-	if (symtab == NULL || strtab == NULL) {
-		search->error = "has no dynamic symbol table";
-		return 1;
-	}
-	if (jmprel != NULL)
-		collect_relocs(info, jmprel, jmprel_size, symtab, strtab);
-	if (rela != NULL)
-		collect_relocs(info, rela, rela_size, symtab, strtab);
-	return 1;
-}
-
-/* One aligned 8-byte store (atomic on every supported machine), through a
- * writable window where ld.so made the page read-only (full RELRO). */
-static int store_got(const struct got_entry *entry, void *value)
-{
-	long page = sysconf(_SC_PAGESIZE);
-	void *start = (void *)((uintptr_t)entry->address & ~(uintptr_t)(page - 1));
-	if (entry->relro && mprotect(start, (size_t)page, PROT_READ | PROT_WRITE) != 0)
-		return -1;
-	__atomic_store_n(entry->address, value, __ATOMIC_SEQ_CST);
-	if (entry->relro && mprotect(start, (size_t)page, PROT_READ) != 0)
-		return -1;
-	return 0;
-}
-
-static void *hook_for(const char *symbol)
-{
-	return strcmp(symbol, "pthread_cond_signal") == 0 ? (void *)hook_cond_signal : (void *)hook_cond_timedwait;
-}
-
-static void restore_got(void)
-{
-	for (int i = 0; i < ngot; i++)
-		if (*got[i].address == hook_for(got[i].symbol))
-			store_got(&got[i], got[i].original);
-}
-
 /* ------------------------------------------------------------- fork */
 
 static void after_fork_child(void)
@@ -473,46 +324,25 @@ static int allocate(uint32_t slots)
 	return 0;
 }
 
+/* The symbols hooked: the GIL's hand-offs (the comment at the top of this file). */
+static const struct got_hook hooked[] = {
+	{"pthread_cond_signal", (void *)hook_cond_signal, (void **)&real_signal},
+	{"pthread_cond_timedwait", (void *)hook_cond_timedwait, (void **)&real_timedwait},
+};
+
 /* Swap the GOT entries; 0, or -1 with Unsupported set (nothing changed). */
 static int patch(void)
 {
-	if (ngot == 0) {
-		struct search search = {(uintptr_t)(void *)&PyEval_SaveThread, 0, NULL};
-		dl_iterate_phdr(find_interpreter, &search);
-		if (!search.found || search.error) {
-			PyErr_Format(Unsupported, "the interpreter's ELF object (%s) %s", search.found ? object_name : "?",
-				     search.found ? search.error : "was not found among the loaded objects");
-			ngot = 0;
-			return -1;
-		}
-		int has_signal = 0, has_wait = 0;
-		for (int i = 0; i < ngot; i++) {
-			has_signal |= strcmp(got[i].symbol, "pthread_cond_signal") == 0;
-			has_wait |= strcmp(got[i].symbol, "pthread_cond_timedwait") == 0;
-		}
-		if (!has_signal || !has_wait) {
-			PyErr_Format(Unsupported, "%s calls pthread_cond_signal/pthread_cond_timedwait through no GOT entry "
-				     "(a static or unusual build): use the collector", object_name);
-			ngot = 0;
-			return -1;
-		}
-		real_signal = (signal_fn)dlsym(RTLD_DEFAULT, "pthread_cond_signal");
-		real_timedwait = (timedwait_fn)dlsym(RTLD_DEFAULT, "pthread_cond_timedwait");
-		if (real_signal == NULL || real_timedwait == NULL) {
-			PyErr_SetString(Unsupported, "dlsym found no pthread_cond_signal/pthread_cond_timedwait");
-			ngot = 0;
-			return -1;
-		}
+	switch (got_patch(hooked, sizeof(hooked) / sizeof(hooked[0]), (const void *)&PyEval_SaveThread)) {
+	case 0:
+		return 0;
+	case GOT_ERRNO:
+		PyErr_SetFromErrno(PyExc_OSError);
+		return -1;
+	default:
+		PyErr_SetString(Unsupported, got_error());
+		return -1;
 	}
-	for (int i = 0; i < ngot; i++) {
-		got[i].original = *got[i].address;
-		if (store_got(&got[i], hook_for(got[i].symbol)) != 0) {
-			PyErr_SetFromErrno(PyExc_OSError);
-			restore_got();
-			return -1;
-		}
-	}
-	return 0;
 }
 
 /* Learn gil->cond and gil->switch_cond from this thread's own release and
@@ -526,7 +356,7 @@ static int learn_conds(void)
 	learner = 0;
 	if (nlearned < 2 || (char *)learned[1] - (char *)learned[0] != (ptrdiff_t)COND_STRIDE) {
 		PyErr_Format(Unsupported, "the GIL's condition variables were not recognised in %s (%d signal(s) seen, "
-			     "stride %zd, expected %zu)", object_name, nlearned,
+			     "stride %zd, expected %zu)", got_object(), nlearned,
 			     nlearned == 2 ? (char *)learned[1] - (char *)learned[0] : (ptrdiff_t)0, COND_STRIDE);
 		return -1;
 	}
@@ -559,7 +389,7 @@ static PyObject *install(PyObject *module, PyObject *args, PyObject *kwds)
 	if (patch() != 0)
 		return NULL;
 	if (gil_cond == NULL && learn_conds() != 0) {
-		restore_got();
+		got_restore();
 		return NULL;
 	}
 	epoch++;
@@ -582,7 +412,7 @@ static PyObject *uninstall(PyObject *module, PyObject *unused)
 	__atomic_store_n(&active, 0, __ATOMIC_SEQ_CST);
 	if (ring != NULL && gil_cond != NULL)
 		close_open_intervals();
-	restore_got();
+	got_restore();
 	Py_RETURN_NONE;
 }
 
@@ -649,12 +479,14 @@ static PyObject *set_layout(PyObject *module, PyObject *arg)
 	Py_RETURN_NONE;
 }
 
-static PyObject *got_entries(PyObject *module, PyObject *unused)
+static PyObject *hooked_entries(PyObject *module, PyObject *unused)
 {
 	(void)module, (void)unused;
+	int ngot;
+	const struct got_entry *got = got_entries(&ngot);
 	PyObject *list = PyList_New(0);
 	for (int i = 0; list != NULL && i < ngot; i++) {
-		PyObject *row = Py_BuildValue("{s:s,s:k,s:k,s:k,s:O}", "symbol", got[i].symbol, "address",
+		PyObject *row = Py_BuildValue("{s:s,s:k,s:k,s:k,s:O}", "symbol", got[i].hooked->symbol, "address",
 					      (unsigned long)(uintptr_t)got[i].address, "value",
 					      (unsigned long)(uintptr_t)*got[i].address, "original",
 					      (unsigned long)(uintptr_t)got[i].original, "relro",
@@ -675,7 +507,7 @@ static PyObject *fork_count(PyObject *module, PyObject *unused)
 static PyObject *object(PyObject *module, PyObject *unused)
 {
 	(void)module, (void)unused;
-	return PyUnicode_DecodeFSDefault(object_name);
+	return PyUnicode_DecodeFSDefault(got_object());
 }
 
 static PyMethodDef methods[] = {
@@ -687,7 +519,7 @@ static PyMethodDef methods[] = {
 	 "(bytes), with reads that fail instead of faulting; the ring is not touched."},
 	{"set_layout", set_layout, METH_O,
 	 "set_layout(layout): logged holds record their location through this struct gil_py_layout (bytes)."},
-	{"got_entries", got_entries, METH_NOARGS, "The GOT entries hooked: symbol, address, value, original, relro."},
+	{"got_entries", hooked_entries, METH_NOARGS, "The GOT entries hooked: symbol, address, value, original, relro."},
 	{"forks", fork_count, METH_NOARGS, "How many fork()s, by any caller, this process came out of."},
 	{"object", object, METH_NOARGS, "The ELF object whose GOT is hooked."},
 	{NULL, NULL, 0, NULL},

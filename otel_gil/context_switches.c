@@ -319,7 +319,7 @@ static void switched(Charges *tc, Start *next /* stolen; NULL: look it up */, in
 
 /* ---------------------------------------------------------------- loops and greenlets */
 
-#if PY_VERSION_HEX < 0x030E0000
+#if !PY_3_14_OR_LATER
 /* Before 3.14 only stdlib loops switch through Context.run: a span on a thread running
  * any other loop (uvloop) cannot be told from its neighbours'. */
 static PyObject *get_running_loop, *base_loop; /* asyncio's, once it is loaded */
@@ -486,7 +486,7 @@ void context_start(Hooks *hooks, Start *start, PyObject *span)
 	}
 	if (tc->tracer == NULL)
 		trace_greenlets(tc);
-#if PY_VERSION_HEX < 0x030E0000
+#if !PY_3_14_OR_LATER
 	if (tc->switches == 0) /* a thread whose switches the hooks see runs a stdlib loop, if any */
 		check_loop(tc);
 #endif
@@ -552,7 +552,7 @@ void context_end(Start *start, PyObject *span)
 
 /* ---------------------------------------------------------------- the switch hooks */
 
-#if PY_VERSION_HEX < 0x030E0000
+#if !PY_3_14_OR_LATER
 /* contextvars.Context.run in the type's place: the same, with a charge point as the
  * context is entered and as it is left (then what ran before runs again). */
 typedef struct {
@@ -621,7 +621,7 @@ static PyObject *s_run;
 
 static PyObject *context_dict(void)
 {
-#if PY_VERSION_HEX >= 0x030C0000
+#if PY_3_12_OR_LATER
 	return PyType_GetDict(&PyContext_Type); /* static builtin types keep theirs per interpreter */
 #else
 	Py_XINCREF(PyContext_Type.tp_dict);
@@ -809,7 +809,7 @@ int contexts_init(PyObject *module)
 		{&s_charges_key, "otel_gil.charges"}, {&s_parent, "_parent"}, {&s_context, "_context"},
 		{&s_name, "_name"}, {&s_settrace, "settrace"}, {&s_greenlet, "greenlet"},
 		{&s_asyncio_events, "asyncio.events"}, {&s_asyncio_base_events, "asyncio.base_events"},
-#if PY_VERSION_HEX < 0x030E0000
+#if !PY_3_14_OR_LATER
 		{&s_run, "run"},
 #endif
 	};
@@ -817,7 +817,7 @@ int contexts_init(PyObject *module)
 		if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)
 			return -1;
 	return PyType_Ready(&ChargesType) || PyType_Ready(&TracerType)
-#if PY_VERSION_HEX < 0x030E0000
+#if !PY_3_14_OR_LATER
 	       || PyType_Ready(&ContextRunType)
 #endif
 		;

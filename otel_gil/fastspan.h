@@ -1,5 +1,7 @@
-/* What otel_gil._fastspan's two C files share: the span hooks (_fastspan.c) and the
- * switch hooks that charge each context its own GIL time (context_switches.c).
+/* What otel_gil._fastspan's C files share: the span hooks (_fastspan.c, their figures in
+ * span_figures.h), the switch hooks that charge each context its own GIL time
+ * (context_switches.c), the thread's name (thread_names.c), the wait ratio histogram
+ * (wait_ratios.c) and the figures callable from Python for tests (figure_checks.c).
  *
  * The slot layout is gil_layout.h (beside this file), the one the writers fill.
  */
@@ -20,6 +22,7 @@
 #endif
 
 #include "gil_layout.h"
+#include "py_versions.h"
 
 #define HIDDEN __attribute__((visibility("hidden")))
 
@@ -112,7 +115,9 @@ struct thread_slot {
 };
 extern HIDDEN __thread struct thread_slot tls;
 
-extern HIDDEN PyObject *s_start_attr; /* "_otel_gil_start": where a span keeps its Start */
+/* Interned by _fastspan.c: "_otel_gil_start" (where a span keeps its Start), and what
+ * thread_names.c looks up: threading._active, Thread._name and .name, and its cache's key. */
+extern HIDDEN PyObject *s_start_attr, *s_active, *s_private_name, *s_public_name, *s_thread_key;
 
 static inline uint64_t clock_ns(clockid_t clock)
 {
@@ -151,19 +156,11 @@ static inline long find_slot(const char *base, uint32_t nslots)
 	return -1;
 }
 
-/* The calling thread's counters at `now`, open intervals closed there: ring.Ring.read in C,
- * and the only place the C side closes them (as ring.counters does for Python: an open wait
- * still GIL_SLOT_UNCHECKED may turn out to be none, and is not counted). Only the calling
- * thread's own slot: a writer writes it only on this thread's GIL hand-offs, which cannot
- * happen while it runs this with the GIL held. */
-static inline void read_counters(const char *base, uint32_t nslots, uint64_t now, struct counters *out)
+/* A slot's counters at `now`, open intervals closed there: ring.counters in C, and the
+ * only place the C side closes them (an open wait still GIL_SLOT_UNCHECKED may turn out
+ * to be none, and is not counted). */
+static inline void slot_counters(const volatile struct gil_slot *s, uint64_t now, struct counters *out)
 {
-	long index = find_slot(base, nslots);
-	if (index < 0) {
-		*out = (struct counters){0};
-		return;
-	}
-	const volatile struct gil_slot *s = slot_at(base, index);
 	uint64_t wait_start = s->flags & GIL_SLOT_UNCHECKED ? 0 : s->wait_start_ns, acquired = s->acquired_ns;
 	out->wait_ns = s->wait_ns + (wait_start && now > wait_start ? now - wait_start : 0);
 	out->hold_ns = s->hold_ns + (acquired && now > acquired ? now - acquired : 0);
@@ -172,11 +169,24 @@ static inline void read_counters(const char *base, uint32_t nslots, uint64_t now
 	out->long_waits = s->long_waits;
 }
 
+/* The calling thread's counters at `now` (ring.Ring.read in C). Only the calling thread's
+ * own slot: a writer writes it only on this thread's GIL hand-offs, which cannot happen
+ * while it runs this with the GIL held. */
+static inline void read_counters(const char *base, uint32_t nslots, uint64_t now, struct counters *out)
+{
+	long index = find_slot(base, nslots);
+	if (index < 0) {
+		*out = (struct counters){0};
+		return;
+	}
+	slot_counters(slot_at(base, index), now, out);
+}
+
 /* getattr(obj, name, NULL) without raising (and paying for) an AttributeError. */
 static inline PyObject *lookup(PyObject *obj, PyObject *name)
 {
 	PyObject *value = NULL;
-#if PY_VERSION_HEX >= 0x030D0000
+#if PY_3_13_OR_LATER
 	PyObject_GetOptionalAttr(obj, name, &value);
 #else
 	_PyObject_LookupAttr(obj, name, &value);
@@ -194,6 +204,18 @@ static inline PyObject *bind_method(PyObject *self, PyObject *obj, PyObject *typ
 	}
 	return PyMethod_New(self, obj);
 }
+
+/* wait_ratios.c */
+extern HIDDEN PyTypeObject RatioCounterType;
+/* One server span's wait ratio into its route's bucket (route: a str); 0, or -1 with an error set. */
+HIDDEN int count_ratio(RatioCounter *self, PyObject *route, double ratio);
+
+/* thread_names.c: the calling thread's name and (*ident_out) ident, new references; NULL on an error. */
+HIDDEN PyObject *thread_name(PyObject *threading, PyObject **ident_out);
+
+/* figure_checks.c: the C figures, callable from Python */
+HIDDEN PyObject *checks_span_figures(PyObject *module, PyObject *args);
+HIDDEN PyObject *checks_slot_counters(PyObject *module, PyObject *args);
 
 /* context_switches.c */
 HIDDEN int contexts_init(PyObject *module);

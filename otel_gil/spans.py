@@ -55,8 +55,9 @@ _local = threading.local()
 
 class Own(NamedTuple):
     """What a span's own code did on the GIL, where the C hooks track contexts
-    (``context_switches.c``, ``Start.own``): charged at every switch of context on each
-    thread it ran on, a child span's charges included.
+    (``context_switches.c``; ``Start.own``, a ``_fastspan.Own`` with these fields in this
+    order): charged at every switch of context on each thread it ran on, a child span's
+    charges included.
 
     On its home thread (where it started): the GIL it held and took. On other threads
     (workers running its context): its waits, holds, acquisitions and convoy waits, and on

@@ -1,0 +1,16 @@
+/* The CPython versions otel_gil's C parts tell apart, by name: the one place a
+ * PY_VERSION_HEX is compared (as dd-trace-py's _pymacro.h). Test with #if NAME.
+ */
+#ifndef OTEL_GIL_PY_VERSIONS_H
+#define OTEL_GIL_PY_VERSIONS_H
+
+#include <Python.h>
+
+/* PyType_GetDict: static builtin types keep their dict per interpreter. */
+#define PY_3_12_OR_LATER (PY_VERSION_HEX >= 0x030C0000)
+/* PyObject_GetOptionalAttr (before: _PyObject_LookupAttr). */
+#define PY_3_13_OR_LATER (PY_VERSION_HEX >= 0x030D0000)
+/* PyContext_AddWatcher sees every context switch (before: Context.run, replaced in the type). */
+#define PY_3_14_OR_LATER (PY_VERSION_HEX >= 0x030E0000)
+
+#endif
