@@ -122,13 +122,21 @@ def event_attributes(b: Blame, who: Who, span_of=None) -> dict:
     return attrs
 
 
-def top_blocker(blames: list[Blame]) -> Optional[tuple[int, int]]:
-    """(tid, ns) of the thread that held the GIL longest over all these waits; None if none logged."""
+def top_blocker(blames: list[Blame]) -> Optional[tuple[int, int, int, int]]:
+    """(tid, ns) of the thread that held the GIL longest over all these waits, and from when to
+    when it did (the start of the first and the end of the last wait it held it in: CLOCK_MONOTONIC
+    ns); None if none was logged."""
     total: dict[int, int] = {}
+    during: dict[int, tuple[int, int]] = {}
     for b in blames:
         for tid, ns in b.held_by:
             total[tid] = total.get(tid, 0) + ns
-    return max(total.items(), key=lambda item: item[1]) if total else None
+            first, last = during.get(tid, (b.wait.start_ns, b.wait.end_ns))
+            during[tid] = (min(first, b.wait.start_ns), max(last, b.wait.end_ns))
+    if not total:
+        return None
+    tid = max(total, key=total.__getitem__)
+    return (tid, total[tid], *during[tid])
 
 
 def code_attributes(prefix: str, location: Optional[ringlib.Location]) -> dict:

@@ -257,8 +257,7 @@ def figures(
                            w.start_ns + wall_minus_mono, w.end_ns + wall_minus_mono))
         top = blamelib.top_blocker(blames)
         if top is not None:
-            attrs.update(blamelib.thread_attributes("gil.top_blocker.thread", top[0], threads.owner,
-                                                    waits[0].start_ns, waits[-1].end_ns))
+            attrs.update(blamelib.thread_attributes("gil.top_blocker.thread", top[0], threads.owner, *top[2:]))
             attrs["gil.top_blocker.hold_ms"] = round(top[1] / 1e6, 3)
             attrs.update(blamelib.code_attributes("gil.top_blocker", blamelib.top_location(blames, top[0])))
         if start.metrics is not None:

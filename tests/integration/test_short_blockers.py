@@ -3,7 +3,7 @@
 (``waiter``) ends after, and its top blocker, its gil.wait event and its gil.wait child span name
 ``short-hog``. With both writers; alone, and beside the threading instrumentation under
 opentelemetry-instrument in either order (which also must keep its wrapper of Thread.start when
-otel_gil is uninstrumented)."""
+otel_gil is uninstrumented); and never by the name of a later thread its tid went to."""
 
 import json
 import os
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import SCENARIOS, run_scenario, span, within
+from helpers import SCENARIOS, Runner, run_scenario, span, within
 
 BURST_MS = 150
 INSTRUMENT = Path(sys.executable).parent / "opentelemetry-instrument"
@@ -49,6 +49,17 @@ def _check_named(report: dict) -> None:
 
 def test_an_ended_blocker_is_named(collector, backend):
     _check_named(run_scenario("short", collector.address, "--burst-ms", str(BURST_MS), backend=backend))
+
+
+def test_a_reused_tid_is_named_for_the_thread_that_had_it(collector, backend):
+    """The hog's tid goes to a thread named ``later`` (alive when the span ends) before the span
+    ends: the span names the hog, never ``later``. In a pid namespace of its own, where the
+    workload sets the next tid (ns_last_pid) with nothing else taking it."""
+    runner = Runner(sys.executable, prefix=("unshare", "--pid", "--fork", "--mount-proc"))
+    report = run_scenario("short", collector.address, "--burst-ms", str(BURST_MS), "--reuse-tid",
+                          runner=runner, backend=backend)
+    assert report["truth"]["later_tid"] == report["truth"]["tid"], report["truth"]
+    _check_named(report)
 
 
 @pytest.mark.parametrize("first", ORDERS)

@@ -517,7 +517,8 @@ def tasks(tracer, args) -> dict:
 
 def short_blocker(tracer, args) -> dict:
     """A thread named ``short-hog`` holds the GIL ``args.burst_ms`` (PyDLL) right as it starts,
-    and ends (the kernel lets it go) before the span that waited for it, ``waiter``, ends.
+    and ends (the kernel lets it go) before the span that waited for it, ``waiter``, ends; with
+    ``--reuse-tid``, a thread named ``later`` gets its tid before that.
     Then, under opentelemetry-instrument (``--auto``), otel_gil is uninstrumented: who wraps
     Thread.start after that (the threading instrumentation's wrapper must stay)."""
     truth: dict = {}
@@ -529,11 +530,19 @@ def short_blocker(tracer, args) -> dict:
         truth["burst_ns"] = time.monotonic_ns() - t0
 
     truth["wrappers"] = _start_wrappers()
+    release = threading.Event()
     with tracer.start_as_current_span("waiter"):
         thread = threading.Thread(target=hog, name="short-hog")
         thread.start()  # waits for the GIL while the hog holds it
         thread.join()
         _wait_gone([thread])
+        if args.reuse_tid:  # the hog's tid to a thread that lives on past the span (own pid namespace)
+            with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+                f.write(str(truth["tid"] - 1))
+            later = threading.Thread(target=release.wait, name="later")
+            later.start()
+            truth["later_tid"] = later.native_id
+    release.set()
     if args.auto:
         GilInstrumentor().uninstrument()
         truth["wrappers_after_uninstrument"] = _start_wrappers()
@@ -568,6 +577,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20, help="requests: per request thread")
     parser.add_argument("--spans", type=int, default=30, help="cfork: spans the child makes")
     parser.add_argument("--in-flight", type=int, default=20, help="tasks: requests at once")
+    parser.add_argument("--reuse-tid", action="store_true",
+                        help="short: the hog's tid to a later thread (root, in a pid namespace of its own)")
     parser.add_argument("--auto", action="store_true",
                         help="run under opentelemetry-instrument: instrument by hand, after it, what "
                              "$OTEL_PYTHON_DISABLED_INSTRUMENTATIONS left out (gil, threading)")
