@@ -57,12 +57,15 @@ class _Memory:
         self.horizon_ns = now_ns  # owners before it may be unknown: forgotten, or gone before watching
         self._open, self._sweep_at = 0, 64  # owners not seen ended; sweep when this many
         self._sweeping = threading.Lock()
-        for thread in threading.enumerate():
-            if thread.native_id is not None:
+        for thread in threading.enumerate():  # (a dummy may outlive its thread before 3.13: not one)
+            if thread.native_id is not None and not isinstance(thread, threading._DummyThread):
                 self.add(thread.native_id, _Owner(0, now_ns, thread))
 
     def add(self, tid: int, owner: _Owner) -> None:
-        self.owners.setdefault(tid, []).append(owner)
+        owners = self.owners.setdefault(tid, [])
+        if owners and not owners[-1].ended():
+            return  # runs on a live thread's kernel thread (a greenlet, under gevent): not an owner
+        owners.append(owner)
         self._open += 1
         if self._open >= self._sweep_at:
             self.sweep()

@@ -2,12 +2,17 @@
 real one, wrapt), in either order and every undo order; and who a kernel tid was over a
 stretch of time: real threads that ended, and synthetic successions of owners (tid reuse)."""
 
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 from opentelemetry.instrumentation.threading import ThreadingInstrumentor
 
+from helpers import ROOT
 from otel_gil import threads
 
 ORIGINAL = threading.Thread.__dict__["start"]
@@ -154,3 +159,26 @@ def test_memory_is_bounded(monkeypatch):
         _ran(f"t{i}")
     threads._memory.sweep()
     assert sum(len(o) for o in threads._memory.owners.values()) <= 8 + len(threading.enumerate())
+
+
+def test_threads_sharing_a_kernel_thread_leave_it_to_its_owner():
+    """Under gevent a Thread is a greenlet on the starting thread's kernel thread (its native_id):
+    not an owner of that tid; the kernel thread's own is named (real gevent, its own process)."""
+    script = """if True:
+        from gevent import monkey; monkey.patch_all()
+        import json, threading, time
+        from otel_gil import threads
+        threads.watch_starts()
+        before = time.monotonic_ns()
+        green = threading.Thread(target=time.sleep, args=(0.01,), name="green")
+        green.start()
+        me = threading.current_thread()
+        print(json.dumps([green.native_id == me.native_id, threads.owner(me.native_id, before, time.monotonic_ns()),
+                          [me.ident, me.name]]))
+        green.join()
+    """
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    shared, named, me = json.loads(done.stdout)
+    assert shared and named == me, (named, me)
