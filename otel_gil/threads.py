@@ -25,6 +25,7 @@ import wrapt
 _MAX_STARTS = 4096  # bounds the start log when no metric reader drains it
 MEMORY = 4096  # ended threads remembered, most recently ended kept
 _starts: list[threading.Thread] = []  # threads started since take_starts()
+_memory: Optional["_Memory"] = None  # the known owners of kernel ids, while watching
 _PROXY = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)  # wrapt 2, wrapt 1
 _WRAPPERS = (wrapt.FunctionWrapper, wrapt.BoundFunctionWrapper)
 _TICK_NS = 10**9 // os.sysconf("SC_CLK_TCK")  # /proc's unit of a task's start time
@@ -111,9 +112,6 @@ def _task_owner(tid: int) -> Optional[_Owner]:
     since = int(stat[stat.rindex(")") + 2:].split()[19]) * _TICK_NS - boot_minus_mono  # field 22: starttime
     thread = live().get(tid)
     return _Owner(since, since + _TICK_NS, None, getattr(thread, "ident", None), getattr(thread, "name", comm))
-
-
-_memory: Optional[_Memory] = None  # while watching
 
 
 def owner(tid: int, start_ns: int, end_ns: int) -> tuple[Optional[int], Optional[str]]:
