@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from otel_gil import ring as ringlib
 
 LISTED = 4  # holders named on a gil.wait event, most held first
+# (thread.id, name) of the thread that had a kernel tid from one time to another (CLOCK_MONOTONIC
+# ns), each None where not known: ``otel_gil.threads.owner``
+Who = Callable[[int, int, int], tuple[Optional[int], Optional[str]]]
 
 
 @dataclass(frozen=True)
@@ -77,11 +80,11 @@ def _ms(ns: int) -> float:
     return round(ns / 1e6, 3)
 
 
-def thread_attributes(prefix: str, tid: int, who) -> dict:
-    """A thread named by kernel tid: ``{prefix}.native_id``, and where ``who(tid)`` knows them
-    (``(thread.id, thread.name)``, None for what it does not know), ``{prefix}.id``, the
-    managed id its own spans and logs carry, and ``{prefix}.name``."""
-    ident, name = who(tid)
+def thread_attributes(prefix: str, tid: int, who: Who, start_ns: int, end_ns: int) -> dict:
+    """A thread named by kernel tid: ``{prefix}.native_id``, and where ``who`` knows them for
+    the thread that had ``tid`` from ``start_ns`` to ``end_ns``, ``{prefix}.id``, the managed
+    id its own spans and logs carry, and ``{prefix}.name``."""
+    ident, name = who(tid, start_ns, end_ns)
     attrs: dict = {f"{prefix}.native_id": tid}
     if ident is not None:
         attrs[f"{prefix}.id"] = ident
@@ -90,12 +93,13 @@ def thread_attributes(prefix: str, tid: int, who) -> dict:
     return attrs
 
 
-def event_attributes(b: Blame, who, span_of=None) -> dict:
-    """The ``gil.wait`` event of a long wait; ``who(tid)`` gives a thread's (thread.id, name), each
-    or None, ``span_of(tid, start_ns, end_ns)`` the (name, span id) of the span whose code held the
-    GIL on that thread within its longest hold during the wait, or None."""
+def event_attributes(b: Blame, who: Who, span_of=None) -> dict:
+    """The ``gil.wait`` event of a long wait; ``who`` names its blockers, ``span_of(tid, start_ns,
+    end_ns)`` gives the (name, span id) of the span whose code held the GIL on that thread within
+    its longest hold during the wait, or None."""
     tid, held = b.blocker
-    attrs: dict = {"gil.wait_ms": _ms(b.wait.end_ns - b.wait.start_ns), **thread_attributes("gil.blocker.thread", tid, who)}
+    start, end = b.wait.start_ns, b.wait.end_ns
+    attrs: dict = {"gil.wait_ms": _ms(end - start), **thread_attributes("gil.blocker.thread", tid, who, start, end)}
     during = (b.wait.start_ns, b.wait.end_ns) if b.hold is None else (
         max(b.hold.start_ns, b.wait.start_ns), min(b.hold.end_ns, b.wait.end_ns))
     span = span_of(tid, *during) if span_of is not None and b.held_by else None
@@ -105,7 +109,7 @@ def event_attributes(b: Blame, who, span_of=None) -> dict:
         listed = b.held_by[:LISTED]
         attrs["gil.blocker.hold_ms"] = _ms(held)
         attrs["gil.blockers.thread.native_id"] = [t for t, _ in listed]
-        attrs["gil.blockers.thread.name"] = [who(t)[1] or str(t) for t, _ in listed]
+        attrs["gil.blockers.thread.name"] = [who(t, start, end)[1] or str(t) for t, _ in listed]
         attrs["gil.blockers.hold_ms"] = [_ms(ns) for _, ns in listed]
         attrs["gil.blockers.others_ms"] = _ms(sum(ns for _, ns in b.held_by[LISTED:]))
         attrs.update(code_attributes("gil.blocker", b.location))
@@ -118,13 +122,21 @@ def event_attributes(b: Blame, who, span_of=None) -> dict:
     return attrs
 
 
-def top_blocker(blames: list[Blame]) -> Optional[tuple[int, int]]:
-    """(tid, ns) of the thread that held the GIL longest over all these waits; None if none logged."""
+def top_blocker(blames: list[Blame]) -> Optional[tuple[int, int, int, int]]:
+    """(tid, ns) of the thread that held the GIL longest over all these waits, and from when to
+    when it did (the start of the first and the end of the last wait it held it in: CLOCK_MONOTONIC
+    ns); None if none was logged."""
     total: dict[int, int] = {}
+    during: dict[int, tuple[int, int]] = {}
     for b in blames:
         for tid, ns in b.held_by:
             total[tid] = total.get(tid, 0) + ns
-    return max(total.items(), key=lambda item: item[1]) if total else None
+            first, last = during.get(tid, (b.wait.start_ns, b.wait.end_ns))
+            during[tid] = (min(first, b.wait.start_ns), max(last, b.wait.end_ns))
+    if not total:
+        return None
+    tid = max(total, key=total.__getitem__)
+    return (tid, total[tid], *during[tid])
 
 
 def code_attributes(prefix: str, location: Optional[ringlib.Location]) -> dict:

@@ -243,12 +243,6 @@ def figures(
         if dropped > 0:
             attrs["gil.long_waits_dropped"] = dropped
         waits = [w for w in waits if w.start_ns >= start.mono_ns - gap and w.end_ns <= now]
-        live = threads.live()
-
-        def who(tid: int) -> tuple[Optional[int], Optional[str]]:
-            python_thread = live.get(tid)
-            return getattr(python_thread, "ident", None), threads.name(tid, live)
-
         wall_minus_mono = start.wall_ns - start.mono_ns
         log = blamelib.HoldLog.read(ring, waits[0].start_ns) if waits else None
         span_of = blocker_spans(wall_minus_mono) if waits else None
@@ -260,11 +254,11 @@ def figures(
                 acquisitions += 1
                 convoy += length >= ring.header.convoy_ns
             blames.append(log.blame(w))
-            events.append(("gil.wait", blamelib.event_attributes(blames[-1], who, span_of),
+            events.append(("gil.wait", blamelib.event_attributes(blames[-1], threads.owner, span_of),
                            w.start_ns + wall_minus_mono, w.end_ns + wall_minus_mono))
         top = blamelib.top_blocker(blames)
         if top is not None:
-            attrs.update(blamelib.thread_attributes("gil.top_blocker.thread", top[0], who))
+            attrs.update(blamelib.thread_attributes("gil.top_blocker.thread", top[0], threads.owner, *top[2:]))
             attrs["gil.top_blocker.hold_ms"] = round(top[1] / 1e6, 3)
             attrs.update(blamelib.code_attributes("gil.top_blocker", blamelib.top_location(blames, top[0])))
         if start.metrics is not None:

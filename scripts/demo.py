@@ -34,18 +34,24 @@ ASYNC_ROUTES = "/io,/cpu,/cpu_def,/fanout"
 RULES = ROOT / "examples" / "alerts" / "gil-rules.yml"
 
 
+def blocker_name(fields: dict, prefix: str) -> str:
+    """A blocker by its name, else as the thread with that id whose name is unknown (never a bare number)."""
+    name = fields.get(f"{prefix}.name")
+    return name if name is not None else f"thread {fields[f'{prefix}.native_id']} (name unknown)"
+
+
 def blockers(span: dict) -> str:
     """Who held the GIL while the span waited, by time held: its top blocker (over all its long
     waits), then the next one its gil.wait events name."""
     tags = span["tags"]
-    top = tags.get("gil.top_blocker.thread.name")
-    if top is None:
+    if "gil.top_blocker.thread.native_id" not in tags:
         return "-"
+    top = blocker_name(tags, "gil.top_blocker.thread")
     others: collections.Counter = collections.Counter()
     for log in span.get("logs", []):
         fields = {f["key"]: f["value"] for f in log["fields"]}
-        if fields.get("gil.blocker.thread.name", top) != top:
-            others[fields["gil.blocker.thread.name"]] += fields.get("gil.blocker.hold_ms", 0)
+        if "gil.blocker.hold_ms" in fields and blocker_name(fields, "gil.blocker.thread") != top:
+            others[blocker_name(fields, "gil.blocker.thread")] += fields["gil.blocker.hold_ms"]
     shown = [f"{top} {tags['gil.top_blocker.hold_ms']:.1f}ms"]
     shown += [f"{name} {ms:.1f}ms" for name, ms in others.most_common(1)]
     return ", ".join(shown)
@@ -86,7 +92,7 @@ def waits(span: dict) -> str:
             where = f"in {where} ({Path(f['gil.blocker.code.file.path']).name}:{f.get('gil.blocker.code.line.number', '?')})"
         held = f"held it {f['gil.blocker.hold_ms']:.1f}ms" if "gil.blocker.hold_ms" in f else "released it last"
         lines.append(f"  +{(log['timestamp'] - span['startTime']) / 1e3:>6.1f}ms  waited {f['gil.wait_ms']:>5.1f}ms: "
-                     f"{f.get('gil.blocker.thread.name', f.get('gil.blocker.thread.native_id'))} {held} "
+                     f"{blocker_name(f, 'gil.blocker.thread')} {held} "
                      f"{where or '(code not located)'}")
     return "\n".join(lines)
 

@@ -145,16 +145,14 @@ class Attachment:
         """Read every thread's slot now; returns the time read (CLOCK_MONOTONIC ns)."""
         self._tracer.finish_bootstrap()
         now = time.monotonic_ns()
-        if now - self._names_at > NAMES_EVERY_NS:
-            for tid, name in self.thread_names().items():
-                self.threads.setdefault(tid, ThreadTrace(tid)).name = name
-            self._names_at = now
-        present = set()
+        present, fresh = set(), False  # fresh: a thread first seen, named now (it may not live long)
         for slot in self._traced.view.threads():
+            fresh |= slot.tid not in self.threads
             t = self.threads.setdefault(slot.tid, ThreadTrace(slot.tid))
             counters = ringlib.counters(slot, now)
             if counters.acquisitions < t.counters.acquisitions:  # the tid was reused by a new thread
                 t._seen_holds = t._seen_waits = 0
+                t.name, fresh = "?", True
             t.counters, t.hist = counters, tuple(slot.hist)
             holds, lost_h = ringlib.long_holds_since(slot, t._seen_holds)
             waits, lost_w = ringlib.long_waits_since(slot, t._seen_waits)
@@ -169,6 +167,11 @@ class Attachment:
         self.holds_lost += not complete and bool(self.holds)
         for h in new:  # read now: the location log keeps fewer entries than the hold log
             self.locations[h.index] = self._traced.view.location(h.index)
+            fresh |= h.tid not in self.threads
+        if fresh or now - self._names_at > NAMES_EVERY_NS:
+            for tid, name in self.thread_names().items():
+                self.threads.setdefault(tid, ThreadTrace(tid)).name = name
+            self._names_at = now
         return now
 
     def forget(self, before_ns: int) -> None:

@@ -32,7 +32,7 @@ def test_the_cpu_bound_thread_is_the_top_blocker_among_request_threads(requests_
     waits = _waits(requests_report, "request")
     assert len(waits) >= 100, len(waits)  # 4 x 20 requests x 10 steps, most behind the hog
     # A blocker that exited before the waiter's span ended (a request thread done with its
-    # requests) is named by kernel tid only: no thread.id, no name.
+    # requests) is still named, with its thread.id (test_short_blockers).
     by_hog = [w for w in waits if w.get("gil.blocker.thread.id") == hog]
     assert len(by_hog) >= 0.9 * len(waits), [
         w.get("gil.blocker.thread.name", w["gil.blocker.thread.native_id"]) for w in waits if w not in by_hog
@@ -81,6 +81,6 @@ def test_forced_switches_count_as_waiting(collector, backend):
         assert attrs["gil.convoy_waits"] >= 0.8 * attrs["gil.acquisitions"], attrs  # each wait ~ a switch interval
         waits = [e["attributes"] for e in me["events"]]
         assert waits and all(w.get("gil.wait.forced_switch") for w in waits), waits
-        # by kernel tid: the other thread may have exited when this span ended (no name, no thread.id then)
+        # by kernel tid (names: test_short_blockers)
         tid = report["truth"]["tids"][other["name"]]
         assert {w["gil.blocker.thread.native_id"] for w in waits} == {tid}, waits

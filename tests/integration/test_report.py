@@ -3,6 +3,7 @@ otel_gil inside, per-thread figures within 5 % of what its PyDLL bursts imply, h
 by function naming the line of the bursts on every build, a timeline whose hog bars sit
 where the bursts were (and name that code), and a live view driven in tmux."""
 
+import json
 import os
 import re
 import shutil
@@ -19,7 +20,7 @@ from PIL import Image
 from helpers import (BURST_NS, ROOT, Runner, check_functions, hog_hold_ok, report_during_bursts, start_target,
                      within)
 from otel_gil import ring
-from otel_gil_collector import timeline
+from otel_gil_collector import report, timeline
 
 CLI = [sys.executable, "-m", "otel_gil.cli"]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -232,3 +233,28 @@ def test_clear_errors(case, expected, nobody):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_report_names_threads_that_ended_during_the_capture():
+    """Threads that hold the GIL 150 ms each and end within the capture (between two of the
+    periodic name reads): named where they are blamed and where they held it."""
+    target = subprocess.Popen([sys.executable, str(ROOT / "tests" / "workloads" / "short_target.py")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert target.stdout.readline().startswith("ready")
+
+        def progress(message: str) -> None:  # the hogs start once attached
+            if message.startswith("capturing"):
+                target.send_signal(signal.SIGUSR1)
+
+        captured = report.capture(target.pid, 1.5, progress=progress)
+        truth = json.loads(target.stdout.readline())
+    finally:
+        target.kill()
+        target.wait()
+    result = captured.report
+    hogs = {tid: name for name, tid in truth["hogs"].items()}
+    io = next(t for t in result["threads"] if t["tid"] == truth["io"])
+    assert {b["tid"]: b["name"] for b in io["waited_on"]} == hogs, io["waited_on"]
+    holders = {name for p in result["functions"]["places"] for name in p["threads"]}
+    assert set(hogs.values()) <= holders, result["functions"]["places"]

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_gil import ring as ringlib
-from otel_gil import spans, wait_spans
+from otel_gil import spans, threads, wait_spans
 from otel_gil.client import NO_COLLECTOR, PENDING, REGISTERED, Registration
 from otel_gil.spans import COLLECTOR_CHANGED, GilSpanProcessor
 from synthetic import log_hold, log_location, make_ring, record_wait, ring_bytes, slot_for
@@ -55,9 +55,11 @@ def hooked(reg: FakeRegistration, fast: bool, metrics=None, **provider_kwargs):
     gil = processor(reg, metrics, fast=fast)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     spans.hook_provider(provider, gil)
+    threads.watch_starts()  # as instrument() does: blockers are named by who had their tid when
     try:
         yield provider.get_tracer("test"), gil, exporter
     finally:
+        threads.unwatch_starts()
         spans.unwrap_span()
 
 

@@ -515,11 +515,54 @@ def tasks(tracer, args) -> dict:
     return truth
 
 
+def short_blocker(tracer, args) -> dict:
+    """A thread named ``short-hog`` holds the GIL ``args.burst_ms`` (PyDLL) right as it starts,
+    and ends (the kernel lets it go) before the span that waited for it, ``waiter``, ends; with
+    ``--reuse-tid``, a thread named ``later`` gets its tid before that.
+    Then, under opentelemetry-instrument (``--auto``), otel_gil is uninstrumented: who wraps
+    Thread.start after that (the threading instrumentation's wrapper must stay)."""
+    truth: dict = {}
+
+    def hog() -> None:
+        truth["tid"] = threading.get_native_id()
+        t0 = time.monotonic_ns()
+        _gil_holding_libc.usleep(args.burst_ms * 1000)
+        truth["burst_ns"] = time.monotonic_ns() - t0
+
+    truth["wrappers"] = _start_wrappers()
+    release = threading.Event()
+    with tracer.start_as_current_span("waiter"):
+        thread = threading.Thread(target=hog, name="short-hog")
+        thread.start()  # waits for the GIL while the hog holds it
+        thread.join()
+        _wait_gone([thread])
+        if args.reuse_tid:  # the hog's tid to a thread that lives on past the span (own pid namespace)
+            with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+                f.write(str(truth["tid"] - 1))
+            later = threading.Thread(target=release.wait, name="later")
+            later.start()
+            truth["later_tid"] = later.native_id
+    release.set()
+    if args.auto:
+        GilInstrumentor().uninstrument()
+        truth["wrappers_after_uninstrument"] = _start_wrappers()
+    return truth
+
+
+def _start_wrappers() -> list[str]:
+    """Whose wrappers Thread.start goes through, outermost first (their wrapper functions' names)."""
+    names, current = [], threading.Thread.__dict__["start"]
+    while hasattr(current, "__wrapped__"):
+        names.append(getattr(getattr(current, "_self_wrapper", None), "__qualname__", "?"))
+        current = current.__wrapped__
+    return names
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("scenario",
                         choices=["hog", "convoy", "requests", "switches", "syscalls", "churn", "service", "cfork",
-                                 "tasks"])
+                                 "tasks", "short"])
     parser.add_argument("socket")
     parser.add_argument("--bursts", type=int, default=10)
     parser.add_argument("--burst-ms", type=int, default=50)
@@ -534,20 +577,37 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20, help="requests: per request thread")
     parser.add_argument("--spans", type=int, default=30, help="cfork: spans the child makes")
     parser.add_argument("--in-flight", type=int, default=20, help="tasks: requests at once")
+    parser.add_argument("--reuse-tid", action="store_true",
+                        help="short: the hog's tid to a later thread (root, in a pid namespace of its own)")
+    parser.add_argument("--auto", action="store_true",
+                        help="run under opentelemetry-instrument: instrument by hand, after it, what "
+                             "$OTEL_PYTHON_DISABLED_INSTRUMENTATIONS left out (gil, threading)")
     args = parser.parse_args()
 
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(_exporter))
-    GilInstrumentor().instrument(
-        tracer_provider=provider, meter_provider=MeterProvider([_metric_reader]),
-        socket_path=args.socket, register_timeout_s=20,
-    )
+    if args.auto:
+        provider = trace.get_tracer_provider()
+        provider.add_span_processor(SimpleSpanProcessor(_exporter))
+        left_out = os.environ.get("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "").split(",")
+        if "gil" in left_out:
+            GilInstrumentor().instrument(socket_path=args.socket, register_timeout_s=20)
+        if "threading" in left_out:
+            from opentelemetry.instrumentation.threading import ThreadingInstrumentor
+
+            ThreadingInstrumentor().instrument()
+    else:
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(_exporter))
+        GilInstrumentor().instrument(
+            tracer_provider=provider, meter_provider=MeterProvider([_metric_reader]),
+            socket_path=args.socket, register_timeout_s=20,
+        )
     tracer = provider.get_tracer("scenarios")
     scenarios = {"hog": hog_and_victim, "convoy": convoy, "requests": requests, "switches": switches,
-                 "syscalls": syscalls, "churn": churn, "service": service, "cfork": cfork, "tasks": tasks}
+                 "syscalls": syscalls, "churn": churn, "service": service, "cfork": cfork, "tasks": tasks,
+                 "short": short_blocker}
+    source = GilInstrumentor._backend  # (the short scenario may uninstrument)
     truth = scenarios[args.scenario](tracer, args)
     spans = finished_spans()
-    source = GilInstrumentor._backend
     ring = source.ring
     report = {
         "backend": source.kind,
