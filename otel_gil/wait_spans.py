@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from types import MappingProxyType
 from typing import Callable, NamedTuple, Optional
 
 from opentelemetry import trace
@@ -42,7 +43,7 @@ NAME = "gil.wait"
 MAX_DRAWN = 4096  # waits drawn that later spans of their traces are told about (a duplicate bar past that)
 _SCOPE = InstrumentationScope("otel_gil", __version__)
 _HANDED = "_otel_gil_handed_waits"  # on an open span: {wait key: Wait} its children handed up to it
-_CLOSED: dict = {}  # ... once it drew its waits: no more hand-ups (a child ending now draws its own)
+_CLOSED = MappingProxyType({})  # ... once it drew its waits: no more hand-ups (a child ending now draws its own)
 _ids = RandomIdGenerator()
 _drawn: OrderedDict = OrderedDict()  # (trace id, thread, start, end) of the waits drawn, oldest first
 _lock = threading.Lock()  # _drawn and the hand-ups, between spans ending on several threads
@@ -80,9 +81,12 @@ def draw(span: Span, start, events: list[tuple[str, dict, int, int]], thread: di
     """
     if not threshold_ns:
         return
-    offset = start.wall_ns - start.mono_ns
-    waits = {(start.tid, s - offset, e - offset): Wait(start.tid, s - offset, e - offset, s, e, {**thread, **a})
-             for _, a, s, e in events if e - s >= threshold_ns}
+    offset = start.wall_ns - start.mono_ns  # as figures() mapped the ring's times onto the wall clock
+    waits = {}  # by what identifies a wait: its thread and its ring times
+    for _, attributes, wall_start, wall_end in events:
+        if wall_end - wall_start >= threshold_ns:
+            wait = Wait(start.tid, wall_start - offset, wall_end - offset, wall_start, wall_end, {**thread, **attributes})
+            waits[wait[:3]] = wait
     with _lock:
         handed = getattr(span, _HANDED, None)
         setattr(span, _HANDED, _CLOSED)
