@@ -246,7 +246,7 @@ def test_each_wait_is_drawn_once_in_its_trace(truth_app):
     svc, service = truth_app("fastapi-uvicorn", OTEL_GIL_WAIT_SPANS_MS="1")
     get(svc.address + "/hog?on=1")
     try:
-        answers = load(svc.address, "/gather", IN_FLIGHT * 2)
+        answers = load(svc.address, "/gather", IN_FLIGHT)
     finally:
         get(svc.address + "/hog?on=0")
     found = traces(service, answers)

@@ -56,7 +56,7 @@ def fanout(tracer, slot, waits: dict, requests: tuple[str, ...] = ("request",)) 
     """Each request a span with three gather parts, each part a span of its own, on one loop:
     while they are all in flight, a wait in the loop's own code (a callback in no request's
     context: ``waits["loop"]``), then one in part 1's code of the first request (``waits["part"]``)."""
-    in_flight = asyncio.Event()
+    in_flight: asyncio.Event  # made on the loop (before 3.10, an Event binds to the loop current when made)
 
     async def part(name: str, n: int) -> None:
         with tracer.start_as_current_span(f"{name} part {n}"):
@@ -74,6 +74,8 @@ def fanout(tracer, slot, waits: dict, requests: tuple[str, ...] = ("request",)) 
         in_flight.set()
 
     async def main() -> None:
+        nonlocal in_flight
+        in_flight = asyncio.Event()
         tasks = asyncio.gather(*(request(name) for name in requests))
         await asyncio.sleep(0.002)  # every part started
         asyncio.get_running_loop().call_soon(loop_code, context=contextvars.Context())
