@@ -40,12 +40,12 @@ def a_wait(slot) -> tuple[int, int]:
     return t0, t1
 
 
-def drawn(exporter) -> dict[int, list]:
-    """The gil.wait spans by start time, and the other spans by name."""
-    found: dict = {}
-    for s in exporter.get_finished_spans():
-        found.setdefault(s.start_time if s.name == wait_spans.NAME else s.name, []).append(s)
-    return found
+def finished(exporter) -> tuple[dict, list]:
+    """The finished spans by name (one each), and the gil.wait spans."""
+    spans = exporter.get_finished_spans()
+    named = {s.name: s for s in spans if s.name != wait_spans.NAME}
+    assert len(named) == len(spans) - sum(s.name == wait_spans.NAME for s in spans), [s.name for s in spans]
+    return named, [s for s in spans if s.name == wait_spans.NAME]
 
 
 def waits_of(span) -> list[int]:
@@ -91,19 +91,17 @@ def test_a_loop_wait_is_drawn_once_under_the_span_whose_code_it_held_up(loop_thr
     tracer, slot, exporter = loop_thread
     waits: dict = {}
     fanout(tracer, slot, waits)
-    found = drawn(exporter)
-    (request,) = found["request"]
-    assert len(found) == 4 + 2, sorted(k for k in found if isinstance(k, str))
-    bars = [s for k, spans in found.items() if not isinstance(k, str) for s in spans]
+    found, bars = finished(exporter)
+    request = found["request"]
     assert len(bars) == 2, [(b.start_time, b.parent.span_id) for b in bars]
     by_length = {b.end_time - b.start_time: b for b in bars}
     loop_bar = by_length[waits["loop"][1] - waits["loop"][0]]
     part_bar = by_length[waits["part"][1] - waits["part"][0]]
     assert loop_bar.parent.span_id == request.context.span_id
-    owner = found["request part 1"][0] if fast else request
+    owner = found["request part 1"] if fast else request
     assert part_bar.parent.span_id == owner.context.span_id, (part_bar.parent, owner.name)
     for name in ("request", "request part 0", "request part 1", "request part 2"):  # (each span's clocks read apart)
-        assert sorted(waits_of(found[name][0])) == pytest.approx(sorted(b.start_time for b in bars), abs=0.1 * MS), name
+        assert sorted(waits_of(found[name])) == pytest.approx(sorted(b.start_time for b in bars), abs=0.1 * MS), name
 
 
 def test_each_trace_draws_a_loop_wait_once(loop_thread, fast):
@@ -113,10 +111,9 @@ def test_each_trace_draws_a_loop_wait_once(loop_thread, fast):
     tracer, slot, exporter = loop_thread
     waits: dict = {}
     fanout(tracer, slot, waits, ("a", "b"))
-    found = drawn(exporter)
-    bars = [s for k, spans in found.items() if not isinstance(k, str) for s in spans]
+    found, bars = finished(exporter)
     assert len(bars) == 4, [(b.start_time, b.parent.span_id) for b in bars]
-    requests = {found[name][0].context.trace_id: found[name][0] for name in ("a", "b")}
+    requests = {found[name].context.trace_id: found[name] for name in ("a", "b")}
     for trace_id, request in requests.items():
         mine = [b for b in bars if b.context.trace_id == trace_id]
         assert sorted(b.end_time - b.start_time for b in mine) == sorted(e - s for s, e in waits.values())
@@ -124,7 +121,7 @@ def test_each_trace_draws_a_loop_wait_once(loop_thread, fast):
         if request.name == "b" or not fast:
             assert under == {request.context.span_id}, (request.name, under)
         else:
-            assert under == {request.context.span_id, found["a part 1"][0].context.span_id}, under
+            assert under == {request.context.span_id, found["a part 1"].context.span_id}, under
 
 
 def test_on_a_thread_of_its_own_the_innermost_span_draws(loop_thread):
@@ -134,11 +131,10 @@ def test_on_a_thread_of_its_own_the_innermost_span_draws(loop_thread):
     with tracer.start_as_current_span("parent"):
         with tracer.start_as_current_span("child"):
             a_wait(slot)
-    found = drawn(exporter)
-    (bar,) = [s for k, spans in found.items() if not isinstance(k, str) for s in spans]
-    assert bar.parent.span_id == found["child"][0].context.span_id
-    assert waits_of(found["parent"][0]) == pytest.approx([bar.start_time], abs=0.1 * MS)
-    assert waits_of(found["child"][0]) == [bar.start_time]
+    found, (bar,) = finished(exporter)
+    assert bar.parent.span_id == found["child"].context.span_id
+    assert waits_of(found["parent"]) == pytest.approx([bar.start_time], abs=0.1 * MS)
+    assert waits_of(found["child"]) == [bar.start_time]
 
 
 def test_a_wait_is_drawn_once_whichever_span_ends_first(loop_thread):
@@ -149,9 +145,9 @@ def test_a_wait_is_drawn_once_whichever_span_ends_first(loop_thread):
     a_wait(slot)
     parent.end()
     child.end()
-    found = drawn(exporter)
-    assert len(found) == 3, list(found)
-    assert len(waits_of(found["parent"][0])) == len(waits_of(found["child"][0])) == 1
+    found, bars = finished(exporter)
+    assert len(bars) == 1 and bars[0].parent.span_id == parent.get_span_context().span_id, bars
+    assert len(waits_of(found["parent"])) == len(waits_of(found["child"])) == 1
 
 
 def test_a_parent_draws_what_was_handed_up_even_once_its_ring_lost_it(loop_thread):
@@ -173,9 +169,8 @@ def test_a_parent_draws_what_was_handed_up_even_once_its_ring_lost_it(loop_threa
                 a_wait(slot)
 
     asyncio.run(request())
-    found = drawn(exporter)
-    bars = [s for k, spans in found.items() if not isinstance(k, str) for s in spans]
-    request_span = found["request"][0]
+    found, bars = finished(exporter)
+    request_span = found["request"]
     assert len(waits_of(request_span)) == ringlib.RING_LEN
     assert request_span.attributes["gil.long_waits_dropped"] == 1
     assert len(bars) == ringlib.RING_LEN + 1 and len({b.start_time for b in bars}) == len(bars)
@@ -183,10 +178,11 @@ def test_a_parent_draws_what_was_handed_up_even_once_its_ring_lost_it(loop_threa
 
 
 def test_what_is_remembered_of_drawn_waits_is_bounded(loop_thread, monkeypatch):
+    """The last MAX_DRAWN waits drawn, whatever their traces; every trace still draws its own."""
     tracer, slot, exporter = loop_thread
     monkeypatch.setattr(wait_spans, "MAX_DRAWN", 3)
-    for _ in range(5):
-        with tracer.start_as_current_span("request"):
+    for i in range(5):
+        with tracer.start_as_current_span(f"request {i}"):
             a_wait(slot)
     assert len(wait_spans._drawn) == 3
-    assert len([s for s in exporter.get_finished_spans() if s.name == wait_spans.NAME]) == 5
+    assert len(finished(exporter)[1]) == 5
