@@ -26,6 +26,7 @@ thread's slot keeps (``RING_LEN``; its ``gil.long_waits_dropped`` counts the res
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from types import MappingProxyType
@@ -48,6 +49,16 @@ _ids = RandomIdGenerator()
 _drawn: OrderedDict = OrderedDict()  # (trace id, thread, start, end) of the waits drawn, oldest first
 _lock = threading.Lock()  # _drawn and the hand-ups, between spans ending on several threads
 threshold_ns = 0  # waits at least this long get a span; 0: none (the instrumentor configures it)
+
+
+def _after_fork() -> None:
+    """A child forked while another thread drew waits: that thread is not in the child to release the lock."""
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def configure(threshold_ms: float) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
+import threading
 import time
 
 import pytest
@@ -186,3 +188,26 @@ def test_what_is_remembered_of_drawn_waits_is_bounded(loop_thread, monkeypatch):
             a_wait(slot)
     assert len(wait_spans._drawn) == 3
     assert len(finished(exporter)[1]) == 5
+
+
+def test_a_fork_while_another_thread_draws_leaves_the_child_free_to_draw():
+    """The lock the hand-ups take is new in a child forked while another thread held it."""
+    held, release = threading.Event(), threading.Event()
+
+    def drawing() -> None:
+        with wait_spans._lock:
+            held.set()
+            release.wait()
+
+    thread = threading.Thread(target=drawing)
+    thread.start()
+    held.wait()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if wait_spans._lock.acquire(timeout=2) else 1)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        release.set()
+        thread.join()
+    assert os.waitstatus_to_exitcode(status) == 0
