@@ -96,7 +96,8 @@ def draw(span: Span, start, events: list[tuple[str, dict, int, int]], thread: di
     waits = {}  # by what identifies a wait: its thread and its ring times
     for _, attributes, wall_start, wall_end in events:
         if wall_end - wall_start >= threshold_ns:
-            wait = Wait(start.tid, wall_start - offset, wall_end - offset, wall_start, wall_end, {**thread, **attributes})
+            wait = Wait(start.tid, wall_start - offset, wall_end - offset, wall_start, wall_end,
+                        {**thread, **attributes})
             waits[wait[:3]] = wait
     with _lock:
         handed = getattr(span, _HANDED, None)
