@@ -449,12 +449,19 @@ def end_wrapper(wrapped, instance: Span, args, kwargs):
         _set_attributes(instance, attrs)
         for name, attributes, timestamp, _ in events:
             instance.add_event(name, attributes, timestamp)
-        wait_spans.emit(instance, wait_spans.pick(events), {k: attrs[k] for k in _THREAD_KEYS})
+        wait_spans.draw(instance, start, events, {k: attrs[k] for k in _THREAD_KEYS}, start_of=_started,
+                        shared=attrs.get("gil.status") in (SHARED_THREAD, UNTRACKED),
+                        held_by=_fastspan.held_by if _fastspan is not None and start.own is not None else None)
         if start.metrics is not None and instance.kind is SpanKind.SERVER and "gil.wait_ratio" in attrs:
             record_server_span(start, instance, attrs["gil.wait_ratio"])
     except Exception:
         _log_once("otel-gil: computing the GIL figures of a span failed")
     return wrapped(end_time=end_time)
+
+
+def _started(span: Span):
+    """The snapshot taken as ``span`` started, None if otel-gil took none."""
+    return getattr(span, _SNAPSHOT_ATTR, None)
 
 
 def record_server_span(start: _Start, span: Span, wait_ratio: float) -> None:

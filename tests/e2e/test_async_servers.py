@@ -235,6 +235,40 @@ def test_the_loops_waits_are_what_held_each_request_up(truth_app):
     assert blocked.count("gil-hog") >= 0.8 * len(blocked), blocked[:20]
 
 
+# One wait as two spans place it on the wall clock (each maps the ring's times with the two clocks read at its
+# start: a preemption between those reads shifts its waits); a thread's waits of 1 ms or more start >= 1 ms apart.
+SAME_WAIT_US = 500
+
+
+def test_each_wait_is_drawn_once_in_its_trace(truth_app):
+    """The hog on, /gather's request span and its two children in flight on the loop: each
+    carries the loop's waits (its gil.wait events), but its trace draws each wait once (every
+    wait of 1 ms or more gets a span here): one gil.wait span per wait that any span of the trace
+    carries, the gather children's included, and no two for the same wait."""
+    svc, service = truth_app("fastapi-uvicorn", OTEL_GIL_WAIT_SPANS_MS="1")
+    get(svc.address + "/hog?on=1")
+    try:
+        answers = load(svc.address, "/gather", IN_FLIGHT)
+    finally:
+        get(svc.address + "/hog?on=0")
+    found = traces(service, answers)
+    children_waits = drawn = 0
+    for t in answers:
+        bars = [(s["tags"]["thread.id"], s["startTime"]) for s in found[t] if s["operationName"] == "gil.wait"]
+        carried = [(s["tags"]["thread.id"], log["timestamp"], s["operationName"]) for s in found[t]
+                   for log in s.get("logs", [])
+                   if {f["key"]: f["value"] for f in log["fields"]}.get("event") == "gil.wait"]
+        for i, (thread, at) in enumerate(bars):
+            twins = [b for b in bars[i + 1:] if b[0] == thread and abs(b[1] - at) <= SAME_WAIT_US]
+            assert not twins, f"trace {t}: the wait at {at} drawn {len(twins) + 1} times"
+        for thread, at, carrier in carried:
+            matching = [b for b in bars if b[0] == thread and abs(b[1] - at) <= SAME_WAIT_US]
+            assert len(matching) == 1, f"trace {t}: {carrier}'s wait at {at} drawn {len(matching)} times"
+            children_waits += carrier.startswith("child-")
+        drawn += len(bars)
+    assert children_waits >= len(answers), (children_waits, drawn)  # the hog held the children up
+
+
 # What the ASGI servers need in a Debian tree, beside what scripts/rootfs.sh puts in its venvs.
 TREE_DEPS = ("uvicorn", "uvloop", "starlette", "opentelemetry-distro", "opentelemetry-exporter-otlp-proto-http",
              "opentelemetry-instrumentation-asgi", "opentelemetry-instrumentation-starlette")
