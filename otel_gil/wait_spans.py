@@ -18,9 +18,9 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind
 
+from otel_gil.semconv import GIL_WAIT
 from otel_gil.version import __version__
 
-NAME = "gil.wait"
 _SCOPE = InstrumentationScope("otel_gil", __version__)
 _ids = RandomIdGenerator()
 threshold_ns = 0  # waits at least this long get a span; 0: none (the instrumentor configures it)
@@ -53,7 +53,7 @@ def emit(parent: Span, waits: list[tuple[str, dict, int, int]], thread: dict) ->
     for _, attributes, start_ns, end_ns in waits:
         context = SpanContext(parent_context.trace_id, _ids.generate_span_id(), is_remote=False,
                               trace_flags=parent_context.trace_flags, trace_state=parent_context.trace_state)
-        child = _Span(NAME, context, parent=parent_context, resource=parent.resource, attributes={**thread, **attributes},
+        child = _Span(GIL_WAIT, context, parent=parent_context, resource=parent.resource, attributes={**thread, **attributes},
                      kind=SpanKind.INTERNAL, span_processor=parent._span_processor, instrumentation_scope=_SCOPE,
                      limits=parent._limits)
         start(child, start_time=start_ns)

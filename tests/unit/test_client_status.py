@@ -8,7 +8,8 @@ import threading
 import pytest
 
 from otel_gil import protocol
-from otel_gil.client import REGISTERED, Registration
+from otel_gil.client import Registration
+from otel_gil.semconv import GIL_NOT_LOCATED, REGISTERED
 from synthetic import make_ring
 
 
@@ -25,7 +26,7 @@ def _serve_one(server: socket.socket, ring_bytes: bytes) -> None:
         conn.recv(1)  # held open, as the collector does, until the client goes
 
 
-@pytest.mark.parametrize("located, status", [(False, protocol.GIL_NOT_LOCATED), (True, REGISTERED)])
+@pytest.mark.parametrize("located, status", [(False, GIL_NOT_LOCATED), (True, REGISTERED)])
 def test_status_says_whether_the_gil_was_located(tmp_path, located, status):
     ring = make_ring()
     if located:  # what the BPF side writes once it learned the GIL's condition variables
@@ -41,10 +42,11 @@ def test_status_says_whether_the_gil_was_located(tmp_path, located, status):
     registration.start()
     try:
         assert registration.wait(10)
-        assert registration.status == status, registration.detail
-        assert (registration.ring is None) == (not located)
+        state = registration.state
+        assert state.status == status, state.detail
+        assert (state.ring is None) == (not located)
         if not located:
-            assert "no GIL hand-off" in registration.detail
+            assert "no GIL hand-off" in state.detail
     finally:
         registration.stop()
         server.close()
