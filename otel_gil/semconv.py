@@ -30,7 +30,8 @@ def _key(key: str, meaning: str) -> str:
 REGISTERED = "ok"
 
 # ``gil.status``: the app's side.
-PENDING = _status("pending", "registering with the collector (a forked child: from its first span on); figures follow")
+PENDING = _status("pending", "not registered yet: a process's first spans, a forked child's until its first span "
+                             "registered it")
 NO_COLLECTOR = _status("no_collector", "no collector answers on the socket, or it went away (and the in-process "
                                        "backend could not stand in)")
 GIL_NOT_LOCATED = _status("gil_not_located", "registered, but the probes saw none of the process's GIL hand-offs")
@@ -62,7 +63,8 @@ INCONSISTENT = _status("inconsistent", "the figures read broke an invariant: dro
 # Span attributes.
 THREAD_ID = _key("thread.id", "managed id of the span's thread (`threading.get_ident()`), as its log records carry it")
 THREAD_NAME = _key("thread.name", "`threading` name of the span's thread; on metrics, of the threads counted")
-GIL_STATUS = _key("gil.status", "why a span has no figures (one of STATUSES); absent where it has them")
+GIL_STATUS = _key("gil.status", "why a span has no figures, or (shared_thread) no hold: one of STATUSES; absent "
+                                "where it has them all")
 GIL_WAIT_MS = _key("gil.wait_ms", "time waited for the GIL: on a span, by its thread (and its own code elsewhere) while "
                                   "it ran; on a gil.wait event, that wait")
 GIL_HOLD_MS = _key("gil.hold_ms", "time the span's thread (on a shared thread: its own code) held the GIL")
