@@ -45,11 +45,11 @@ sys.stdin.readline()  # attached: go
 if sys.argv[2] == "inprocess":
     from otel_gil.inprocess import InProcess
     reg = InProcess(); reg.start()
-    assert reg.status == "ok", reg.detail
+    assert reg.state.status == "ok", reg.state.detail
 elif sys.argv[2] != "-":
     from otel_gil.client import Registration
     reg = Registration(sys.argv[2]); reg.start(); reg.wait(30)
-    assert reg.status == "ok", reg.detail
+    assert reg.state.status == "ok", reg.state.detail
 r, w = os.pipe()
 n = int(sys.argv[1])
 for _ in range(n // 2):  # warm-up: the collector's one-off bootstrap probe is detached by now

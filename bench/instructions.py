@@ -45,7 +45,7 @@ if sys.argv[2] == "1":
     from otel_gil.inprocess import InProcess
     registration = InProcess()
     registration.start()
-    assert registration.status == "ok", registration.detail
+    assert registration.state.status == "ok", registration.state.detail
 r, w = os.pipe()
 for _ in range(int(sys.argv[1])):
     os.write(w, b"x"); os.read(r, 1)

@@ -39,9 +39,9 @@ from otel_gil import _inprocess, ring as ringlib
 from otel_gil.inprocess import InProcess
 n, mode = int(sys.argv[1]), sys.argv[2]
 reg = InProcess(); reg.start()
-assert reg.status == "ok", reg.detail
+assert reg.state.status == "ok", reg.state.detail
 if mode != "inprocess":
-    reg.ring.header.hold_record_ns = 0  # log every hold
+    reg.state.ring.header.hold_record_ns = 0  # log every hold
 if mode == "+log":
     _inprocess.set_layout(bytes(ringlib.PyLayout()))  # no layout: locations off
 r, w = os.pipe()
@@ -54,18 +54,18 @@ def deeper(depth, n):
     return deeper(depth - 1, n) if depth else loop(n)
 
 deeper(2, n // 2)  # warm-up
-before = reg.ring.header.locations_written
+before = reg.state.ring.header.locations_written
 t0 = time.perf_counter_ns()
 deeper(2, n)
 ns = (time.perf_counter_ns() - t0) / n
-print(ns, reg.ring.header.locations_written - before)
+print(ns, reg.state.ring.header.locations_written - before)
 """
 
 COLLECTOR_LOOP = r"""
 import ctypes, os, sys
 from otel_gil.client import Registration
 reg = Registration(sys.argv[1]); reg.start(); reg.wait(30)
-assert reg.status == "ok", reg.detail
+assert reg.state.status == "ok", reg.state.detail
 holding = ctypes.PyDLL(None)
 r, w = os.pipe()
 hold_us = int(sys.argv[3])
@@ -74,7 +74,7 @@ for _ in range(int(sys.argv[2])):
     if hold_us:
         holding.usleep(hold_us)
     os.write(w, b"x"); os.read(r, 1)
-print(reg.ring.header.holds_written, reg.ring.header.locations_written)
+print(reg.state.ring.header.holds_written, reg.state.ring.header.locations_written)
 """
 
 

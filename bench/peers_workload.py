@@ -46,7 +46,7 @@ if mode.startswith("otel"):
         from otel_gil import GilInstrumentor
 
         GilInstrumentor().instrument(tracer_provider=provider, backend=mode[len("otel+gil-"):], register_timeout_s=30)
-        assert GilInstrumentor._backend.status == "ok", GilInstrumentor._backend.detail
+        assert GilInstrumentor._backend.state.status == "ok", GilInstrumentor._backend.state.detail
     tracer = provider.get_tracer("peers")
 knocker = None
 if mode == "gilknocker":

@@ -36,7 +36,7 @@ import json, os, sys, threading, time
 from otel_gil.client import Registration
 from otel_gil import ring as ringlib
 reg = Registration(sys.argv[1]); reg.start(); reg.wait(30)
-assert reg.status == "ok", reg.detail
+assert reg.state.status == "ok", reg.state.detail
 n, pairs = int(sys.argv[2]), 20
 done, release, tids = threading.Barrier(n + 1), threading.Event(), [0] * n
 def work(i):
@@ -51,8 +51,8 @@ t0 = time.monotonic()
 for t in threads: t.start()
 done.wait()
 now = time.monotonic_ns()
-correct = sum(1 for tid in tids if (i := reg.ring.find(tid)) >= 0 and ringlib.counters(reg.ring.slot(i), now).acquisitions >= 2 * pairs)
-print(json.dumps({"correct": correct, "seconds": time.monotonic() - t0, "overflows": reg.ring.header.slot_overflows}), flush=True)
+correct = sum(1 for tid in tids if (i := reg.state.ring.find(tid)) >= 0 and ringlib.counters(reg.state.ring.slot(i), now).acquisitions >= 2 * pairs)
+print(json.dumps({"correct": correct, "seconds": time.monotonic() - t0, "overflows": reg.state.ring.header.slot_overflows}), flush=True)
 release.set()
 for t in threads: t.join()
 """
@@ -64,14 +64,14 @@ from otel_gil import ring as ringlib
 t0 = time.monotonic()
 reg = Registration(sys.argv[1]); reg.start(); reg.wait(120)
 registered = time.monotonic() - t0
-ok = reg.status == "ok"
+ok = reg.state.status == "ok"
 if ok:
     r, w = os.pipe()
     for _ in range(200):
         os.write(w, b"x"); os.read(r, 1)
-    i = reg.ring.find(threading.get_native_id())
-    ok = i >= 0 and ringlib.counters(reg.ring.slot(i), time.monotonic_ns()).acquisitions >= 400
-print(json.dumps({"ok": ok, "register_s": registered, "status": reg.status}), flush=True)
+    i = reg.state.ring.find(threading.get_native_id())
+    ok = i >= 0 and ringlib.counters(reg.state.ring.slot(i), time.monotonic_ns()).acquisitions >= 400
+print(json.dumps({"ok": ok, "register_s": registered, "status": reg.state.status}), flush=True)
 sys.stdin.readline()
 """
 

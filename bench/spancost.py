@@ -67,7 +67,7 @@ class Drop(SpanExporter):
 n = int(sys.argv[1])
 registration = InProcess()
 registration.start()
-assert registration.status == "ok", registration.detail
+assert registration.state.status == "ok", registration.state.detail
 metrics = GilMetrics(registration, MeterProvider([InMemoryMetricReader()]).get_meter("bench"))
 modes = {}
 for mode, fast in (("otel", None), ("otel+empty-processor", None), ("otel+otel-gil", True), ("otel+otel-gil[py]", False),

@@ -43,7 +43,7 @@ from otel_gil.spans import GilSpanProcessor, hook_provider, unwrap_span, wrap_sp
 steps, blocks = int(sys.argv[1]), int(sys.argv[2])
 registration = InProcess()
 registration.start()
-assert registration.status == "ok", registration.detail
+assert registration.state.status == "ok", registration.state.detail
 provider = TracerProvider()
 hooks = GilSpanProcessor(registration, None, fast=True)
 hook_provider(provider, hooks)

@@ -27,7 +27,7 @@ __thread struct thread_slot tls = {NULL, -1, 0, 0, -1};
 
 /* Interned attribute names and attribute keys, made when the module loads. */
 PyObject *s_start_attr, *s_active, *s_private_name, *s_public_name, *s_thread_key;
-static PyObject *s_ring, *s_generation, *s_status, *s_address, *s_nslots, *s_long_wait_ns,
+static PyObject *s_state, *s_ring, *s_generation, *s_status, *s_address, *s_nslots, *s_long_wait_ns,
 	*s_start_time, *s_end_time, *s_attributes, *s_dict, *s_immutable, *s_max_value_len, *s_maxlen,
 	*s_kind, *s_set_attributes, *s_end_time_kw, *s_span_processor, *s_start;
 static PyObject *k_thread_name, *k_thread_id, *k_wait_ms, *k_hold_ms, *k_wait_ratio, *k_hold_ratio,
@@ -218,23 +218,24 @@ static int Hooks_init(Hooks *self, PyObject *args, PyObject *kwds)
 }
 
 /* The registration's ring if the process is registered (a new reference), else NULL
- * with no error set. Caches the ring's address and size on first sight. */
+ * with no error set. Caches the ring's address and size on first sight. Ring, status and
+ * generation come from one read of registration.state (client.State), so they agree. */
 static PyObject *current_ring(Hooks *self, long *generation)
 {
-	PyObject *status = PyObject_GetAttr(self->registration, s_status);
-	if (status == NULL)
+	PyObject *state = PyObject_GetAttr(self->registration, s_state);
+	if (state == NULL)
 		return NULL;
-	int ok = status == self->ok || PyUnicode_Compare(status, self->ok) == 0;
-	Py_DECREF(status);
-	if (!ok || PyErr_Occurred())
-		return NULL;
-	PyObject *gen = PyObject_GetAttr(self->registration, s_generation);
+	PyObject *status = PyObject_GetAttr(state, s_status);
+	int ok = status != NULL && (status == self->ok || PyUnicode_Compare(status, self->ok) == 0);
+	Py_XDECREF(status);
+	PyObject *gen = ok && !PyErr_Occurred() ? PyObject_GetAttr(state, s_generation) : NULL;
+	PyObject *ring = gen != NULL ? PyObject_GetAttr(state, s_ring) : NULL;
+	Py_DECREF(state);
 	if (gen == NULL)
 		return NULL;
 	*generation = PyLong_AsLong(gen);
 	Py_DECREF(gen);
 	self->generation = *generation;
-	PyObject *ring = PyObject_GetAttr(self->registration, s_ring);
 	if (ring == NULL || ring == Py_None || PyErr_Occurred()) {
 		Py_XDECREF(ring);
 		return NULL;
@@ -383,7 +384,9 @@ static int set_attributes(PyObject *span, PyObject *const *keys, PyObject *const
 static int fast_figures(Hooks *self, Start *start, PyObject *span, long long span_start, long long span_end,
 			uint64_t now, double *wait_ratio, PyObject **attributes)
 {
-	PyObject *ring = PyObject_GetAttr(start->registration, s_ring);
+	PyObject *state = PyObject_GetAttr(start->registration, s_state);
+	PyObject *ring = state != NULL ? PyObject_GetAttr(state, s_ring) : NULL;
+	Py_XDECREF(state);
 	if (ring == NULL)
 		return -1;
 	Py_DECREF(ring);
@@ -775,7 +778,7 @@ static int intern_all(void)
 		PyObject **slot;
 		const char *text;
 	} names[] = {
-		{&s_ring, "ring"}, {&s_generation, "generation"}, {&s_status, "status"}, {&s_address, "_address"},
+		{&s_state, "state"}, {&s_ring, "ring"}, {&s_generation, "generation"}, {&s_status, "status"}, {&s_address, "_address"},
 		{&s_nslots, "nslots"}, {&s_long_wait_ns, "long_wait_ns"}, {&s_start_attr, "_otel_gil_start"},
 		{&s_start_time, "_start_time"}, {&s_end_time, "_end_time"}, {&s_end_time_kw, "end_time"}, {&s_attributes, "_attributes"},
 		{&s_dict, "_dict"}, {&s_immutable, "_immutable"},

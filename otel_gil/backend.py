@@ -12,10 +12,10 @@ import logging
 import os
 from typing import Optional, Protocol, Union
 
-from otel_gil import ring as ringlib
-from otel_gil.client import PENDING, REGISTERED, Registration
+from otel_gil.client import Registration, State
 from otel_gil.environment_variables import OTEL_GIL_BACKEND
 from otel_gil.inprocess import InProcess
+from otel_gil.semconv import PENDING, REGISTERED
 
 log = logging.getLogger("otel_gil")
 
@@ -24,13 +24,10 @@ KINDS = (AUTO, INPROCESS, COLLECTOR)
 
 
 class Backend(Protocol):
-    """What span hooks and metrics read; ``ring`` is None unless ``status == "ok"``."""
+    """What span hooks and metrics read: ``state``, replaced whole (read it once per use)."""
 
     kind: str
-    ring: Optional[ringlib.Ring]
-    status: str
-    detail: str
-    generation: int
+    state: State
 
     def stop(self) -> None: ...
 
@@ -57,13 +54,14 @@ def start(kind: Optional[str], socket_path: Optional[str], long_wait_ns: int, ti
         registration.wait(timeout_s)
         # Still pending: a collector answered and is busy with us; ok: it traces us. With auto,
         # should it go away later, this process traces itself until it is back.
-        if kind == COLLECTOR or registration.status in (PENDING, REGISTERED):
+        state = registration.state
+        if kind == COLLECTOR or state.status in (PENDING, REGISTERED):
             registration.quiet = False
             if kind == AUTO:
                 registration.fallback = InProcess(long_wait_ns)
             return registration
         registration.stop()
-        log.debug("otel-gil: no collector (%s: %s); tracing in-process", registration.status, registration.detail)
+        log.debug("otel-gil: no collector (%s: %s); tracing in-process", state.status, state.detail)
     backend = InProcess(long_wait_ns)
     backend.start()
     return backend

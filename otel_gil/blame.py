@@ -15,6 +15,10 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from otel_gil import ring as ringlib
+from otel_gil.semconv import (BLOCKER, BLOCKER_CODE_STACKTRACE, BLOCKER_HOLD_MS, BLOCKER_SPAN_ID, BLOCKER_SPAN_NAME,
+                              BLOCKER_THREAD, BLOCKERS_HOLD_MS, BLOCKERS_OTHERS_MS, BLOCKERS_THREAD_NAME,
+                              BLOCKERS_THREAD_NATIVE_ID, BLOCKERS_UNRECORDED_MS, GIL_HANDOFF_MS, GIL_WAIT_FORCED_SWITCH,
+                              GIL_WAIT_MS)
 
 LISTED = 4  # holders named on a gil.wait event, most held first
 # (thread.id, name) of the thread that had a kernel tid from one time to another (CLOCK_MONOTONIC
@@ -99,26 +103,26 @@ def event_attributes(b: Blame, who: Who, span_of=None) -> dict:
     its longest hold during the wait, or None."""
     tid, held = b.blocker
     start, end = b.wait.start_ns, b.wait.end_ns
-    attrs: dict = {"gil.wait_ms": _ms(end - start), **thread_attributes("gil.blocker.thread", tid, who, start, end)}
+    attrs: dict = {GIL_WAIT_MS: _ms(end - start), **thread_attributes(BLOCKER_THREAD, tid, who, start, end)}
     during = (b.wait.start_ns, b.wait.end_ns) if b.hold is None else (
         max(b.hold.start_ns, b.wait.start_ns), min(b.hold.end_ns, b.wait.end_ns))
     span = span_of(tid, *during) if span_of is not None and b.held_by else None
     if span is not None:
-        attrs["gil.blocker.span.name"], attrs["gil.blocker.span_id"] = span
+        attrs[BLOCKER_SPAN_NAME], attrs[BLOCKER_SPAN_ID] = span
     if b.held_by:
         listed = b.held_by[:LISTED]
-        attrs["gil.blocker.hold_ms"] = _ms(held)
-        attrs["gil.blockers.thread.native_id"] = [t for t, _ in listed]
-        attrs["gil.blockers.thread.name"] = [who(t, start, end)[1] or str(t) for t, _ in listed]
-        attrs["gil.blockers.hold_ms"] = [_ms(ns) for _, ns in listed]
-        attrs["gil.blockers.others_ms"] = _ms(sum(ns for _, ns in b.held_by[LISTED:]))
-        attrs.update(code_attributes("gil.blocker", b.location))
+        attrs[BLOCKER_HOLD_MS] = _ms(held)
+        attrs[BLOCKERS_THREAD_NATIVE_ID] = [t for t, _ in listed]
+        attrs[BLOCKERS_THREAD_NAME] = [who(t, start, end)[1] or str(t) for t, _ in listed]
+        attrs[BLOCKERS_HOLD_MS] = [_ms(ns) for _, ns in listed]
+        attrs[BLOCKERS_OTHERS_MS] = _ms(sum(ns for _, ns in b.held_by[LISTED:]))
+        attrs.update(code_attributes(BLOCKER, b.location))
         if b.location is not None and b.location.frames:
-            attrs["gil.blocker.code.stacktrace"] = stacktrace(b.location)
-    attrs["gil.blockers.unrecorded_ms"] = _ms(b.unrecorded_ns)
-    attrs["gil.handoff_ms"] = _ms(b.handoff_ns)
+            attrs[BLOCKER_CODE_STACKTRACE] = stacktrace(b.location)
+    attrs[BLOCKERS_UNRECORDED_MS] = _ms(b.unrecorded_ns)
+    attrs[GIL_HANDOFF_MS] = _ms(b.handoff_ns)
     if b.wait.forced:
-        attrs["gil.wait.forced_switch"] = True
+        attrs[GIL_WAIT_FORCED_SWITCH] = True
     return attrs
 
 

@@ -25,7 +25,7 @@ from importlib.metadata import entry_points
 
 from otel_gil import backend
 from otel_gil import ring as ringlib
-from otel_gil.client import REGISTERED
+from otel_gil.semconv import REGISTERED
 
 COMMANDS_GROUP = "otel_gil.commands"
 ROOT_TOOLS = ("report", "top")  # otel-gil-collector's subcommands
@@ -33,15 +33,16 @@ ROOT_TOOLS = ("report", "top")  # otel-gil-collector's subcommands
 
 def _check(args: argparse.Namespace) -> int:
     reg = backend.start(args.backend, args.socket, 1_000_000, args.timeout)
-    if reg.status != REGISTERED:
-        print(f"no GIL figures with the {reg.kind} backend ({reg.status}): {reg.detail or 'no answer in time'}",
+    state = reg.state
+    if state.status != REGISTERED:
+        print(f"no GIL figures with the {reg.kind} backend ({state.status}): {state.detail or 'no answer in time'}",
               file=sys.stderr)
         return 1
     tid = threading.get_native_id()
     t0 = time.monotonic()
     for _ in range(100):
         time.sleep(0)  # GIL hand-offs the backend must see
-    ring = reg.ring
+    ring = state.ring
     index = ring.find(tid)
     got = ringlib.counters(ring.slot(index), time.monotonic_ns()) if index >= 0 else ringlib.ZERO
     reg.stop()

@@ -3,7 +3,7 @@
 A daemon thread connects, says hello, maps the ring it gets back, then blocks
 on the socket: end-of-file means the collector went away, so it retries with
 backoff. Nothing here runs on a request's path; the span hooks only read
-``Registration.ring`` and ``Registration.status``.
+``Registration.state``.
 """
 
 from __future__ import annotations
@@ -14,18 +14,17 @@ import socket
 import sys
 import threading
 import time
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from otel_gil import protocol
 from otel_gil.environment_variables import DEFAULT_SOCKET, OTEL_GIL_SOCKET
 from otel_gil.ring import LayoutError, Ring
+from otel_gil.semconv import (GIL_DISABLED, GIL_NOT_LOCATED, INTERNAL, NO_COLLECTOR, PENDING, REGISTERED,
+                              UNSUPPORTED_INTERPRETER, UNSUPPORTED_VERSION)
 
 log = logging.getLogger("otel_gil")
 
-PENDING = "pending"
-REGISTERED = "ok"
-NO_COLLECTOR = "no_collector"
-_PERMANENT = {protocol.UNSUPPORTED_INTERPRETER, protocol.GIL_DISABLED, protocol.UNSUPPORTED_VERSION}
+_PERMANENT = {UNSUPPORTED_INTERPRETER, GIL_DISABLED, UNSUPPORTED_VERSION}
 _REPLY_TIMEOUT_S = 30.0
 _BACKOFF_S = (0.5, 30.0)
 _BUSY_RETRY_S = 0.05
@@ -38,23 +37,26 @@ def gil_enabled() -> bool:
     return True if is_enabled is None else bool(is_enabled())
 
 
+class State(NamedTuple):
+    """A backend's ring and what it means, replaced whole: one read gives a ring with its own status."""
+
+    ring: Optional[Ring]  # None unless status is REGISTERED
+    status: str  # REGISTERED, or the gil.status of spans (semconv.STATUSES)
+    detail: str  # why, for the log
+    generation: int  # bumped at every change (in-process: also in a forked child): cached slot indexes expire
+
+
 class RingState:
-    """What span hooks and metrics read from a backend; ``ring`` is None unless ``status == "ok"``."""
+    """What span hooks and metrics read from a backend: ``state``, read once per use."""
 
     def __init__(self) -> None:
-        self.ring: Optional[Ring] = None
-        self.status = PENDING
-        self.detail = ""
-        self.generation = 0  # bumped when the ring changes (in-process: also in a forked child): cached slot indexes expire
+        self.state = State(None, PENDING, "", 0)
 
     def _publish(self, ring: Optional[Ring], status: str, detail: str) -> None:
-        """Replace the state. The old ring is released only once the new state is whole:
-        a ring's release runs Python code (munmap through ctypes), so other threads run
-        then, and a span starting there would pair the new ring with the old status."""
-        old = self.ring
-        self.ring = ring
-        self.status, self.detail = status, detail
-        self.generation += 1
+        """Replace the state, in one assignment. The old ring is released only after it: a
+        ring's release runs Python code (munmap through ctypes), so other threads run then."""
+        old = self.state
+        self.state = State(ring, status, detail, old.generation + 1)
         del old
 
 
@@ -145,11 +147,13 @@ class Registration(RingState):
         """The fallback's ring, started if need be, or (None, NO_COLLECTOR, why) where it has none."""
         if not self._fallen_back:
             self.fallback.start()
-            if self.fallback.ring is None:
-                return None, NO_COLLECTOR, f"{why}; tracing in-process failed too: {self.fallback.detail}"
+        state = self.fallback.state
+        if state.ring is None:
+            return None, NO_COLLECTOR, f"{why}; tracing in-process failed too: {state.detail}"
+        if not self._fallen_back:
             self._fallen_back = True
             log.warning("otel-gil: %s: tracing in-process until it is back", why)
-        return self.fallback.ring, REGISTERED, ""
+        return state.ring, REGISTERED, ""
 
     def _run(self) -> None:
         delay = _BACKOFF_S[0]
@@ -168,7 +172,7 @@ class Registration(RingState):
     def _attempt(self) -> bool:
         """One registration; True when retrying cannot help."""
         if not gil_enabled():
-            self._set(None, protocol.GIL_DISABLED, "this interpreter runs without a GIL (free-threaded build)")
+            self._set(None, GIL_DISABLED, "this interpreter runs without a GIL (free-threaded build)")
             return True
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sock.settimeout(_REPLY_TIMEOUT_S)
@@ -192,23 +196,23 @@ class Registration(RingState):
             return False
         if not reply.get("ok"):
             sock.close()
-            code = str(reply.get("error", protocol.INTERNAL))[:64]
-            self._set(None, code, str(reply.get("message", ""))[:512])
-            return code in _PERMANENT
+            status, detail = protocol.refusal(reply)
+            self._set(None, status, detail)
+            return status in _PERMANENT
         try:
             if len(fds) != 1 or not isinstance(reply.get("size"), int):
                 raise protocol.ProtocolError("ok reply without a ring")
             ring = Ring.map_fd(fds[0], reply["size"])
         except (OSError, LayoutError, protocol.ProtocolError) as exc:
             sock.close()
-            self._set(None, protocol.INTERNAL, f"cannot map the GIL ring: {exc}")
+            self._set(None, INTERNAL, f"cannot map the GIL ring: {exc}")
             return isinstance(exc, LayoutError)
         finally:
             for fd in fds:
                 os.close(fd)
         if not _gil_located(ring):
             sock.close()
-            self._set(None, protocol.GIL_NOT_LOCATED,
+            self._set(None, GIL_NOT_LOCATED,
                       f"the collector's probes saw no GIL hand-off of this process in {_LOCATE_TIMEOUT_S} s: "
                       "its build calls pthread_cond_* somewhere they do not watch; please report it")
             return True

@@ -4,7 +4,7 @@
 ``pthread_cond_signal`` and ``pthread_cond_timedwait`` for wrappers that write
 the same slot layout as the collector's BPF program, in this process's memory.
 :class:`InProcess` has the interface the span hooks and metrics read from any
-backend: ``ring``, ``status``, ``detail``, ``generation``.
+backend: ``state``.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import os
 import sys
 from typing import Optional
 
-from otel_gil import protocol, pystructs
+from otel_gil import pystructs
 from otel_gil import ring as ringlib
-from otel_gil.client import PENDING, REGISTERED, RingState, gil_enabled
+from otel_gil.client import RingState, gil_enabled
+from otel_gil.semconv import GIL_DISABLED, PENDING, REGISTERED, UNSUPPORTED_INTERPRETER, UNSUPPORTED_VERSION
 
 log = logging.getLogger("otel_gil")
 
@@ -45,21 +46,21 @@ class InProcess(RingState):
 
     def start(self) -> None:
         """Install the hooks (with the GIL held, as every call from Python is)."""
-        if self.ring is not None:
+        if self.state.ring is not None:
             return
         if not gil_enabled():
-            return self._fail(protocol.GIL_DISABLED, "this interpreter runs without a GIL (free-threaded build)")
+            return self._fail(GIL_DISABLED, "this interpreter runs without a GIL (free-threaded build)")
         if _inprocess is None:
-            return self._fail(protocol.UNSUPPORTED_INTERPRETER,
+            return self._fail(UNSUPPORTED_INTERPRETER,
                               f"otel_gil._inprocess was not built ({_IMPORT_ERROR}): reinstall otel-gil where a C "
                               "compiler and Python.h are present, or use the collector (OTEL_GIL_BACKEND=collector)")
         if (_inprocess.LAYOUT_VERSION, _inprocess.SLOT_SIZE) != (ringlib.LAYOUT_VERSION, ringlib.SLOT_SIZE):
-            return self._fail(protocol.UNSUPPORTED_VERSION,
+            return self._fail(UNSUPPORTED_VERSION,
                               "otel_gil._inprocess was built for another ring layout: reinstall otel-gil")
         try:
             address, size = _inprocess.install(self.nslots, self.long_wait_ns, int(sys.getswitchinterval() * 1e9))
         except (_inprocess.Unsupported, OSError) as exc:
-            return self._fail(protocol.UNSUPPORTED_INTERPRETER, f"{exc}; the collector may trace it (OTEL_GIL_BACKEND=collector)")
+            return self._fail(UNSUPPORTED_INTERPRETER, f"{exc}; the collector may trace it (OTEL_GIL_BACKEND=collector)")
         self._publish(ringlib.Ring(address, size), REGISTERED, "")
         log.info("otel-gil: tracing the GIL in-process (GOT hooks in %s)", _inprocess.object())
         problem = _locate_through(pystructs.py_layout(sys.version_info[:2], 0, 0, 0))
@@ -70,7 +71,7 @@ class InProcess(RingState):
         return True  # start() is synchronous
 
     def stop(self) -> None:
-        if _inprocess is not None and self.ring is not None:
+        if _inprocess is not None and self.state.ring is not None:
             _inprocess.uninstall()
         self._publish(None, PENDING, "")
 
@@ -85,7 +86,8 @@ class InProcess(RingState):
     def _after_fork(self) -> None:
         # The C side started the ring afresh for the child (same address); thread ids changed.
         self._pid = os.getpid()
-        self.generation += 1
+        state = self.state
+        self._publish(state.ring, state.status, state.detail)
 
 
 def _locate_through(layout: ringlib.PyLayout) -> Optional[str]:

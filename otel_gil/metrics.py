@@ -32,7 +32,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from otel_gil import ring as ringlib
 from otel_gil import threads
 from otel_gil.backend import Backend
-from otel_gil.client import REGISTERED
+from otel_gil.semconv import HTTP_ROUTE, LE, REASON, REGISTERED, THREAD_NAME
 
 _FIELDS = ("wait_ns", "hold_ns", "acquisitions", "convoy_waits")
 _EXITED = ("exited_wait_ns", "exited_hold_ns", "exited_acquisitions", "exited_convoy_waits")
@@ -311,9 +311,9 @@ class GilMetrics:
 
     def _refresh(self) -> None:
         with self._lock:
-            ring = self._registration.ring
-            if ring is not None and self._registration.status == REGISTERED:
-                self._totals.update(ring, time.monotonic_ns(), threads.take_starts())
+            state = self._registration.state
+            if state.ring is not None and state.status == REGISTERED:
+                self._totals.update(state.ring, time.monotonic_ns(), threads.take_starts())
 
     def _callback(self, index: int, scale: float):
         def observe(options: CallbackOptions) -> Iterable[Observation]:
@@ -321,7 +321,7 @@ class GilMetrics:
                 self._refresh()
             for name, values in list(self._totals.by_name.items()):
                 value = values[index] * scale
-                yield Observation(value if scale != 1 else int(value), {"thread.name": name})
+                yield Observation(value if scale != 1 else int(value), {THREAD_NAME: name})
 
         return observe
 
@@ -329,26 +329,26 @@ class GilMetrics:
         self._rows = self.ratios.rows()  # the three callbacks of one collection report one snapshot
         for route, cumulative, _, _ in self._rows:
             for le, value in zip(_BUCKET_LABELS, cumulative):
-                yield Observation(value, {"http.route": route, "le": le})
+                yield Observation(value, {HTTP_ROUTE: route, LE: le})
 
     def _observe_count(self, options: CallbackOptions) -> Iterable[Observation]:
         for route, _, count, _ in self._rows:
-            yield Observation(count, {"http.route": route})
+            yield Observation(count, {HTTP_ROUTE: route})
 
     def _observe_sum(self, options: CallbackOptions) -> Iterable[Observation]:
         for route, _, _, total in self._rows:
-            yield Observation(total, {"http.route": route})
+            yield Observation(total, {HTTP_ROUTE: route})
 
     def _observe_misses(self, options: CallbackOptions) -> Iterable[Observation]:
-        ring = self._registration.ring
-        if ring is not None and self._registration.status == REGISTERED:
-            self._misses.update(ring)
+        state = self._registration.state
+        if state.ring is not None and state.status == REGISTERED:
+            self._misses.update(state.ring)
         for reason, value in self._misses.by_reason.items():
-            yield Observation(value, {"reason": reason})
+            yield Observation(value, {REASON: reason})
 
     def _observe_dropped(self, options: CallbackOptions) -> Iterable[Observation]:
         for reason, value in list(self._dropped.items()):
-            yield Observation(value, {"reason": reason})
+            yield Observation(value, {REASON: reason})
 
     def count_dropped(self, reason: str) -> None:
         """A span's figures left out (its ``gil.status``): they broke an invariant."""

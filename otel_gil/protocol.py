@@ -15,21 +15,17 @@ import json
 import socket
 import struct
 
+from otel_gil.semconv import (ATTACH_FAILED, BAD_REQUEST, COLLECTOR_ERROR, GIL_DISABLED, INTERNAL, PROCESS_GONE,
+                              TOO_MANY_PROCESSES, UNSUPPORTED_INTERPRETER, UNSUPPORTED_VERSION)
+
 VERSION = 1
 MAGIC = b"OGIL"
 MAX_MESSAGE = 4096
 _HEADER = struct.Struct("!4sHHI")  # magic, version, reserved, payload length
 
-# Error codes the collector may answer with (also used as span ``gil.status``).
-BAD_REQUEST = "bad_request"
-UNSUPPORTED_VERSION = "unsupported_version"
-UNSUPPORTED_INTERPRETER = "unsupported_interpreter"
-GIL_DISABLED = "gil_disabled"
-GIL_NOT_LOCATED = "gil_not_located"  # registered, but no GIL hand-off was seen through the probes
-ATTACH_FAILED = "attach_failed"
-TOO_MANY_PROCESSES = "too_many_processes"
-PROCESS_GONE = "process_gone"
-INTERNAL = "internal_error"
+# The error codes a collector answers with: each is the ``gil.status`` of the app's spans then.
+ERRORS = frozenset({BAD_REQUEST, UNSUPPORTED_VERSION, UNSUPPORTED_INTERPRETER, GIL_DISABLED, ATTACH_FAILED,
+                    TOO_MANY_PROCESSES, PROCESS_GONE, INTERNAL})
 
 
 class ProtocolError(Exception):
@@ -38,6 +34,15 @@ class ProtocolError(Exception):
     def __init__(self, message: str, code: str = BAD_REQUEST) -> None:
         super().__init__(message)
         self.code = code
+
+
+def refusal(reply: dict) -> tuple[str, str]:
+    """The ``gil.status`` and detail of an ``ok: false`` reply: a code this side does not know
+    is ``collector_error``, never a status of its own, and is kept in the detail."""
+    code, message = str(reply.get("error", INTERNAL))[:64], str(reply.get("message", ""))[:512]
+    if code in ERRORS:
+        return code, message
+    return COLLECTOR_ERROR, f"the collector answered {code!r}: {message}"[:512]
 
 
 def encode(payload: dict) -> bytes:

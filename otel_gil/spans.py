@@ -27,8 +27,11 @@ from otel_gil import blame as blamelib
 from otel_gil import ring as ringlib
 from otel_gil import threads, wait_spans
 from otel_gil.backend import Backend
-from otel_gil.client import REGISTERED
 from otel_gil.metrics import GilMetrics
+from otel_gil.semconv import (COLLECTOR_CHANGED, CROSS_THREAD, END_PASSED, GIL_ACQUISITIONS, GIL_CONVOY_WAITS,
+                              GIL_HOLD_MS, GIL_HOLD_RATIO, GIL_LONG_WAITS_DROPPED, GIL_OTHERS_HOLD_MS, GIL_STATUS,
+                              GIL_WAIT, GIL_WAIT_MS, GIL_WAIT_RATIO, HTTP_ROUTE, INCONSISTENT, REGISTERED, SHARED_THREAD,
+                              THREAD_ID, THREAD_NAME, TOP_BLOCKER, TOP_BLOCKER_HOLD_MS, TOP_BLOCKER_THREAD, UNTRACKED)
 
 log = logging.getLogger("otel_gil")
 
@@ -42,13 +45,7 @@ if _fastspan is not None and (_fastspan.LAYOUT_VERSION, _fastspan.SLOT_SIZE) != 
     _fastspan = None
 
 _SNAPSHOT_ATTR = "_otel_gil_start"
-_THREAD_KEYS = ("thread.name", "thread.id")  # set on every span, copied onto its wait spans
-CROSS_THREAD = "cross_thread"
-COLLECTOR_CHANGED = "collector_changed"
-INCONSISTENT = "inconsistent"  # figures that broke an invariant: dropped, never exported
-END_PASSED = "end_time_passed"  # ended at an explicit time the thread's slot has moved past
-SHARED_THREAD = "shared_thread"  # the span's thread ran other contexts' code where no hook could see it
-UNTRACKED = "untracked"  # uninstrumented while its code ran among other contexts' or on other threads
+_THREAD_KEYS = (THREAD_NAME, THREAD_ID)  # set on every span, copied onto its wait spans
 CLOCK_SLACK_NS = 50_000  # wait + hold may pass the duration by the clocks' reads around a span
 _local = threading.local()
 
@@ -140,14 +137,14 @@ def _read(ring: ringlib.Ring, cache: list, until: Optional[int] = None) -> tuple
 
 def snapshot(registration: Backend, metrics: Optional[GilMetrics] = None) -> _Start:
     registration.check_fork()  # a fork by C code (uWSGI) runs no Python at-fork hook; a child registers now
-    ring, generation, status = registration.ring, registration.generation, registration.status
-    cache = _thread_tid(generation)
-    if ring is None or status != REGISTERED:
+    state = registration.state  # one read: a ring with its own status and generation
+    cache = _thread_tid(state.generation)
+    if state.ring is None or state.status != REGISTERED:
         now, wall = time.monotonic_ns(), time.time_ns()
-        return _Start(registration, None, generation, cache[1], now, wall, ringlib.ZERO, status, metrics)
-    now, counters = _read(ring, cache)
-    return _Start(registration, ring, generation, cache[1], now, time.time_ns(), counters, status, metrics,
-                  shared_thread())
+        return _Start(registration, None, state.generation, cache[1], now, wall, ringlib.ZERO, state.status, metrics)
+    now, counters = _read(state.ring, cache)
+    return _Start(registration, state.ring, state.generation, cache[1], now, time.time_ns(), counters, state.status,
+                  metrics, shared_thread())
 
 
 def _last_wait_end(ring: ringlib.Ring, index: int, counters: ringlib.Counters) -> int:
@@ -204,27 +201,28 @@ def figures(
     they are counted too; shorter waits and holds there are not visible.
     """
     thread = threading.current_thread()
-    attrs: dict = {"thread.name": thread.name, "thread.id": thread.ident}
-    reg, ring = start.registration, start.ring
+    attrs: dict = {THREAD_NAME: thread.name, THREAD_ID: thread.ident}
+    ring = start.ring
     if ring is None:
-        attrs["gil.status"] = start.status
+        attrs[GIL_STATUS] = start.status
         return attrs, [], end_time or time.time_ns()
     cache = _thread_tid(start.generation)
     if cache[1] != start.tid:
-        attrs["gil.status"] = CROSS_THREAD
+        attrs[GIL_STATUS] = CROSS_THREAD
         return attrs, [], end_time or time.time_ns()
-    if reg.ring is not ring:
-        attrs["gil.status"] = reg.status if reg.status != REGISTERED else COLLECTOR_CHANGED
+    current = start.registration.state
+    if current.ring is not ring:
+        attrs[GIL_STATUS] = current.status if current.status != REGISTERED else COLLECTOR_CHANGED
         return attrs, [], end_time or time.time_ns()
     until = None if end_time is None else start.mono_ns + max(end_time - start.wall_ns, 0)
     own = None if start.own is None else Own(*start.own)
     if until is not None and own is not None and (own.switched or own.threads_else) and until + CLOCK_SLACK_NS < time.monotonic_ns():
-        attrs["gil.status"] = END_PASSED  # its code was charged up to now, past its end
+        attrs[GIL_STATUS] = END_PASSED  # its code was charged up to now, past its end
         return attrs, [], end_time
     try:
         now, end = _read(ring, cache, until)
     except ringlib.EndPassed:  # ended at an explicit time, and the GIL changed hands since: unknown then
-        attrs["gil.status"] = END_PASSED
+        attrs[GIL_STATUS] = END_PASSED
         return attrs, [], end_time
     except ringlib.BusySlot:
         return _dropped(start, attrs), [], end_time or time.time_ns()
@@ -241,7 +239,7 @@ def figures(
         waits, _ = ringlib.long_waits_since(ring.slot(cache[2]), since)
         dropped = long_waits1 - long_waits0 - ringlib.RING_LEN
         if dropped > 0:
-            attrs["gil.long_waits_dropped"] = dropped
+            attrs[GIL_LONG_WAITS_DROPPED] = dropped
         waits = [w for w in waits if w.start_ns >= start.mono_ns - gap and w.end_ns <= now]
         wall_minus_mono = start.wall_ns - start.mono_ns
         log = blamelib.HoldLog.read(ring, waits[0].start_ns) if waits else None
@@ -254,13 +252,13 @@ def figures(
                 acquisitions += 1
                 convoy += length >= ring.header.convoy_ns
             blames.append(log.blame(w))
-            events.append(("gil.wait", blamelib.event_attributes(blames[-1], threads.owner, span_of),
+            events.append((GIL_WAIT, blamelib.event_attributes(blames[-1], threads.owner, span_of),
                            w.start_ns + wall_minus_mono, w.end_ns + wall_minus_mono))
         top = blamelib.top_blocker(blames)
         if top is not None:
-            attrs.update(blamelib.thread_attributes("gil.top_blocker.thread", top[0], threads.owner, *top[2:]))
-            attrs["gil.top_blocker.hold_ms"] = round(top[1] / 1e6, 3)
-            attrs.update(blamelib.code_attributes("gil.top_blocker", blamelib.top_location(blames, top[0])))
+            attrs.update(blamelib.thread_attributes(TOP_BLOCKER_THREAD, top[0], threads.owner, *top[2:]))
+            attrs[TOP_BLOCKER_HOLD_MS] = round(top[1] / 1e6, 3)
+            attrs.update(blamelib.code_attributes(TOP_BLOCKER, blamelib.top_location(blames, top[0])))
         if start.metrics is not None:
             start.metrics.count_unlocated(blamelib.unlocated(blames))
     duration = max(span_end_ns - span_start_ns, now - start.mono_ns, 1)
@@ -294,17 +292,17 @@ def own_figures(wait: int, hold: int, acquisitions: int, convoy: int, own: Optio
     if own is not None and own.broken:
         return None
     if own is not None and own.untracked and (own.switched or own.threads_else):
-        return {"gil.status": UNTRACKED}
+        return {GIL_STATUS: UNTRACKED}
     if shared or (own is not None and own.unseen):
         # Other contexts' code ran here unseen: no hold is this span's for sure. The waits are the thread's.
-        return {"gil.status": SHARED_THREAD, "gil.wait_ms": wait / 1e6, "gil.wait_ratio": wait / duration,
-                "gil.convoy_waits": convoy}
+        return {GIL_STATUS: SHARED_THREAD, GIL_WAIT_MS: wait / 1e6, GIL_WAIT_RATIO: wait / duration,
+                GIL_CONVOY_WAITS: convoy}
     shown = {}
     if own is not None:
         if own.switched:
             if own.hold_home > hold:
                 return None
-            shown["gil.others_hold_ms"] = (hold - own.hold_home) / 1e6
+            shown[GIL_OTHERS_HOLD_MS] = (hold - own.hold_home) / 1e6
             hold, acquisitions = own.hold_home, own.acquisitions_home
         if own.threads_else >= 0 and own.wait_else + own.hold_else > duration * own.threads_else + CLOCK_SLACK_NS:
             return None
@@ -314,12 +312,12 @@ def own_figures(wait: int, hold: int, acquisitions: int, convoy: int, own: Optio
         convoy += own.convoy_else
     shown.update(
         {
-            "gil.wait_ms": wait / 1e6,  # not rounded: round() costs more than the rest of the figures
-            "gil.hold_ms": hold / 1e6,
-            "gil.wait_ratio": wait / duration,
-            "gil.hold_ratio": hold / duration,
-            "gil.acquisitions": acquisitions,
-            "gil.convoy_waits": convoy,
+            GIL_WAIT_MS: wait / 1e6,  # not rounded: round() costs more than the rest of the figures
+            GIL_HOLD_MS: hold / 1e6,
+            GIL_WAIT_RATIO: wait / duration,
+            GIL_HOLD_RATIO: hold / duration,
+            GIL_ACQUISITIONS: acquisitions,
+            GIL_CONVOY_WAITS: convoy,
         }
     )
     return shown
@@ -329,7 +327,7 @@ def _dropped(start: _Start, attrs: dict) -> dict:
     """A span's attributes when its figures broke an invariant or could not be read whole: counted, never exported."""
     if start.metrics is not None:
         start.metrics.count_dropped(INCONSISTENT)
-    return {k: attrs[k] for k in _THREAD_KEYS} | {"gil.status": INCONSISTENT}
+    return {k: attrs[k] for k in _THREAD_KEYS} | {GIL_STATUS: INCONSISTENT}
 
 
 class GilSpanProcessor(SpanProcessor):
@@ -450,10 +448,10 @@ def end_wrapper(wrapped, instance: Span, args, kwargs):
         for name, attributes, timestamp, _ in events:
             instance.add_event(name, attributes, timestamp)
         wait_spans.draw(instance, start, events, {k: attrs[k] for k in _THREAD_KEYS}, start_of=_started,
-                        shared=attrs.get("gil.status") in (SHARED_THREAD, UNTRACKED),
+                        shared=attrs.get(GIL_STATUS) in (SHARED_THREAD, UNTRACKED),
                         held_by=_fastspan.held_by if _fastspan is not None and start.own is not None else None)
-        if start.metrics is not None and instance.kind is SpanKind.SERVER and "gil.wait_ratio" in attrs:
-            record_server_span(start, instance, attrs["gil.wait_ratio"])
+        if start.metrics is not None and instance.kind is SpanKind.SERVER and GIL_WAIT_RATIO in attrs:
+            record_server_span(start, instance, attrs[GIL_WAIT_RATIO])
     except Exception:
         _log_once("otel-gil: computing the GIL figures of a span failed")
     return wrapped(end_time=end_time)
@@ -467,7 +465,7 @@ def _started(span: Span):
 def record_server_span(start: _Start, span: Span, wait_ratio: float) -> None:
     """Feed a server span's wait ratio to the ``gil.wait_ratio`` histogram, by route."""
     try:
-        route = span.attributes.get("http.route") or span.name
+        route = span.attributes.get(HTTP_ROUTE) or span.name
         start.metrics.record_span(wait_ratio, str(route))
     except Exception:
         _log_once("otel-gil: recording the GIL wait ratio of a server span failed")

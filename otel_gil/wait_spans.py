@@ -38,9 +38,9 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind
 
+from otel_gil.semconv import GIL_WAIT
 from otel_gil.version import __version__
 
-NAME = "gil.wait"
 MAX_DRAWN = 4096  # waits drawn that later spans of their traces are told about (a duplicate bar past that)
 _SCOPE = InstrumentationScope("otel_gil", __version__)
 _HANDED = "_otel_gil_handed_waits"  # on an open span: {wait key: Wait} its children handed up to it
@@ -175,7 +175,7 @@ def _emit(parent: Span, waits: list[Wait]) -> None:
     for wait in waits:
         context = SpanContext(parent_context.trace_id, _ids.generate_span_id(), is_remote=False,
                               trace_flags=parent_context.trace_flags, trace_state=parent_context.trace_state)
-        child = _Span(NAME, context, parent=parent_context, resource=parent.resource, attributes=wait.attributes,
+        child = _Span(GIL_WAIT, context, parent=parent_context, resource=parent.resource, attributes=wait.attributes,
                       kind=SpanKind.INTERNAL, span_processor=parent._span_processor, instrumentation_scope=_SCOPE,
                       limits=parent._limits)
         start(child, start_time=wait.wall_start_ns)

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from otel_gil import spans
+from otel_gil.semconv import END_PASSED, SHARED_THREAD, UNTRACKED
 from synthetic import log_hold, make_ring, record_wait, slot_for
 from test_spans import FakeRegistration, fast, hooked, my_slot  # noqa: F401 (fast: a fixture)
 
@@ -64,7 +65,7 @@ def test_tasks_on_one_loop_get_their_own_hold(loop_thread, fast):
     got = named(exporter)
     if not fast:  # the Python hooks cannot tell the tasks apart: no hold is anyone's for sure
         for attrs in got.values():
-            assert attrs["gil.status"] == spans.SHARED_THREAD and "gil.hold_ms" not in attrs, attrs
+            assert attrs["gil.status"] == SHARED_THREAD and "gil.hold_ms" not in attrs, attrs
             assert attrs["gil.wait_ms"] == 0.0
         return
     assert (got["a"]["gil.hold_ms"], got["b"]["gil.hold_ms"]) == (3.0, 6.0), got
@@ -150,7 +151,7 @@ def test_greenlets_get_their_own_hold(loop_thread, fast):
         hold(slot, 10)  # the hub's own work: nobody's
     got = named(exporter)
     if not fast:
-        assert {attrs.get("gil.status") for attrs in got.values()} == {spans.SHARED_THREAD}, got
+        assert {attrs.get("gil.status") for attrs in got.values()} == {SHARED_THREAD}, got
         return
     assert (got["a"]["gil.hold_ms"], got["b"]["gil.hold_ms"]) == (3.0, 6.0), got
     assert got["a"]["gil.others_hold_ms"] == 6.0 + 30.0, got  # b's and the hub's, while a was open
@@ -226,7 +227,7 @@ def test_an_end_time_before_the_last_charge_gets_no_figures(c_hooks):
         await asyncio.gather(request(), asyncio.sleep(0))
 
     asyncio.run(main())
-    assert named(exporter)["request"]["gil.status"] == spans.END_PASSED
+    assert named(exporter)["request"]["gil.status"] == END_PASSED
 
 
 def test_a_loop_whose_switches_are_unseen_says_so(loop_thread, fast):
@@ -247,7 +248,7 @@ def test_a_loop_whose_switches_are_unseen_says_so(loop_thread, fast):
     if fast and sys.version_info >= (3, 14):
         assert (got["a"]["gil.hold_ms"], got["b"]["gil.hold_ms"]) == (1.0, 1.0), got
     else:
-        assert {attrs.get("gil.status") for attrs in got.values()} == {spans.SHARED_THREAD}, got
+        assert {attrs.get("gil.status") for attrs in got.values()} == {SHARED_THREAD}, got
 
 
 def test_a_span_that_lived_through_an_uninstrument_says_so():
@@ -271,4 +272,4 @@ def test_a_span_that_lived_through_an_uninstrument_says_so():
 
         asyncio.run(main())
     got = named(exporter)
-    assert got["through"]["gil.status"] == spans.UNTRACKED and "gil.hold_ms" not in got["through"], got
+    assert got["through"]["gil.status"] == UNTRACKED and "gil.hold_ms" not in got["through"], got

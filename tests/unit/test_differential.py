@@ -24,6 +24,7 @@ import pytest
 
 from otel_gil import ring as ringlib
 from otel_gil import spans
+from otel_gil.semconv import COLLECTOR_CHANGED, INCONSISTENT, NO_COLLECTOR, REGISTERED, SHARED_THREAD, UNTRACKED
 from synthetic import make_ring, slot_for
 from test_spans import FakeRegistration, hooked
 
@@ -106,7 +107,7 @@ def test_a_spans_figures_are_the_same(c, seed):
             assert others == 0, why
         assert py == shown, why
         verdicts.add("figures")
-    assert verdicts == {"figures", "python decides", spans.SHARED_THREAD, spans.UNTRACKED}  # every verdict was met
+    assert verdicts == {"figures", "python decides", SHARED_THREAD, UNTRACKED}  # every verdict was met
 
 
 # What may happen to a span's thread, ring or registration while it runs, as (name, change).
@@ -133,15 +134,16 @@ def _hold_open(rng, reg, s, t0):
 
 
 def _generation_changed(rng, reg, s, t0):
-    reg.generation += 1
+    state = reg.state
+    reg._publish(state.ring, state.status, state.detail)
 
 
 def _ring_changed(rng, reg, s, t0):
-    reg.ring, reg.generation = make_ring(), reg.generation + 1
+    reg._publish(make_ring(), REGISTERED, "")
 
 
 def _unregistered(rng, reg, s, t0):
-    reg.ring, reg.status = None, "no_collector"
+    reg._publish(None, NO_COLLECTOR, "")
 
 
 CHANGES = [_counters_grow, _hold_went_down, _wait_over_duration, _unchecked_wait_open, _hold_open,
@@ -180,4 +182,4 @@ def test_whole_spans_get_the_same_verdicts_from_both_hook_sets(c):
         exact -= {"gil.hold_ms"} if any(f is _hold_open for f in changes) else set()  # open until each span's end
         assert {k: py[k] for k in exact} == {k: fast[k] for k in exact}, why
         statuses.add(py.get("gil.status"))
-    assert statuses >= {None, spans.INCONSISTENT, spans.COLLECTOR_CHANGED, "no_collector"}, statuses
+    assert statuses >= {None, INCONSISTENT, COLLECTOR_CHANGED, NO_COLLECTOR}, statuses

@@ -8,7 +8,6 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Optional
 
 import pytest
@@ -18,16 +17,18 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_gil import ring as ringlib
 from otel_gil import spans, threads, wait_spans
-from otel_gil.client import NO_COLLECTOR, PENDING, REGISTERED, Registration
-from otel_gil.spans import COLLECTOR_CHANGED, GilSpanProcessor
+from otel_gil.client import Registration, RingState
+from otel_gil.semconv import COLLECTOR_CHANGED, END_PASSED, INCONSISTENT, NO_COLLECTOR, PENDING, REGISTERED
+from otel_gil.spans import GilSpanProcessor
 from synthetic import log_hold, log_location, make_ring, record_wait, ring_bytes, slot_for
 
 
-@dataclass
-class FakeRegistration:
-    ring: Optional[ringlib.Ring]
-    status: str = "ok"
-    generation: int = 1
+class FakeRegistration(RingState):
+    """A backend registered on ``ring``; tests change its state as a registrar would (``_publish``)."""
+
+    def __init__(self, ring: Optional[ringlib.Ring]) -> None:
+        super().__init__()
+        self._publish(ring, REGISTERED, "")
 
     def check_fork(self) -> None:
         pass
@@ -109,7 +110,7 @@ def test_thread_id_is_the_managed_id_logs_carry(setup):
     def traced() -> None:
         with tracer.start_as_current_span("registered"):
             log.warning("in the span")
-        reg.ring, reg.status = None, "no_collector"
+        reg._publish(None, NO_COLLECTOR, "")
         with tracer.start_as_current_span("unregistered"):
             pass
 
@@ -205,7 +206,7 @@ def test_long_waits_blame_the_threads_that_held_the_gil_by_time(setup):
 
 def test_no_collector_sets_status_and_no_figures(setup):
     tracer, reg, _, exporter = setup
-    reg.ring, reg.status = None, "no_collector"
+    reg._publish(None, NO_COLLECTOR, "")
     with tracer.start_as_current_span("x"):
         pass
     (span,) = exporter.get_finished_spans()
@@ -228,7 +229,7 @@ def test_span_ended_on_another_thread_gets_no_figures(setup):
 def test_collector_restart_during_the_span(setup):
     tracer, reg, _, exporter = setup
     with tracer.start_as_current_span("x"):
-        reg.ring, reg.generation = make_ring(), reg.generation + 1
+        reg._publish(make_ring(), REGISTERED, "")
     (span,) = exporter.get_finished_spans()
     assert span.attributes["gil.status"] == "collector_changed"
 
@@ -241,7 +242,7 @@ def test_a_broken_ring_never_breaks_the_span(setup, caplog, monkeypatch):
         def find(self, *_):
             raise RuntimeError("boom")
 
-    reg.ring = Broken()
+    reg._publish(Broken(), REGISTERED, "")
     for name in ("first", "second"):
         with tracer.start_as_current_span(name):
             pass
@@ -287,7 +288,7 @@ def test_an_end_time_the_thread_has_handed_the_gil_off_since_gets_no_figures(set
     s.acquired_ns = time.monotonic_ns()
     span.end(end_time=end)
     (done,) = exporter.get_finished_spans()
-    assert done.attributes["gil.status"] == spans.END_PASSED, done.attributes
+    assert done.attributes["gil.status"] == END_PASSED, done.attributes
     assert not [k for k in done.attributes if k.endswith(("_ms", "_ratio", "acquisitions", "convoy_waits"))]
 
 
@@ -370,12 +371,12 @@ def test_figures_that_break_an_invariant_are_dropped_and_counted(fast, broken):
                 s.hold_ns -= 1_000_000
             time.sleep(0.005)
     (span,) = exporter.get_finished_spans()
-    assert span.attributes["gil.status"] == spans.INCONSISTENT
+    assert span.attributes["gil.status"] == INCONSISTENT
     assert not [k for k in span.attributes if k.startswith("gil.") and k != "gil.status"], span.attributes
     assert span.attributes["thread.name"] == threading.current_thread().name
     (dropped,) = [p for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
                   for m in sm.metrics if m.name == "gil.spans.dropped" for p in m.data.data_points]
-    assert (dropped.attributes, dropped.value) == ({"reason": spans.INCONSISTENT}, 1)
+    assert (dropped.attributes, dropped.value) == ({"reason": INCONSISTENT}, 1)
 
 
 def test_the_c_hooks_allow_the_slack_the_python_hooks_do():

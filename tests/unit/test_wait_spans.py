@@ -15,6 +15,7 @@ from opentelemetry import trace
 
 from otel_gil import ring as ringlib
 from otel_gil import wait_spans
+from otel_gil.semconv import GIL_WAIT
 from synthetic import make_ring, record_wait
 from test_spans import FakeRegistration, fast, hooked, my_slot  # noqa: F401 (fast: a fixture)
 
@@ -45,9 +46,9 @@ def a_wait(slot) -> tuple[int, int]:
 def finished(exporter) -> tuple[dict, list]:
     """The finished spans by name (one each), and the gil.wait spans."""
     spans = exporter.get_finished_spans()
-    named = {s.name: s for s in spans if s.name != wait_spans.NAME}
-    assert len(named) == len(spans) - sum(s.name == wait_spans.NAME for s in spans), [s.name for s in spans]
-    return named, [s for s in spans if s.name == wait_spans.NAME]
+    named = {s.name: s for s in spans if s.name != GIL_WAIT}
+    assert len(named) == len(spans) - sum(s.name == GIL_WAIT for s in spans), [s.name for s in spans]
+    return named, [s for s in spans if s.name == GIL_WAIT]
 
 
 def waits_of(span) -> list[int]:

@@ -85,15 +85,15 @@ def dual(socket_path: str) -> dict:
     registration = Registration(socket_path)
     registration.start()
     registration.wait(30)
-    assert registration.status == "ok", registration.detail
+    assert registration.state.status == "ok", registration.state.detail
     inprocess = InProcess()
     inprocess.start()
-    assert inprocess.status == "ok", inprocess.detail
+    assert inprocess.state.status == "ok", inprocess.state.detail
     deadline = time.monotonic() + 10
-    while not registration.ring.header.switch_cond and time.monotonic() < deadline:
+    while not registration.state.ring.header.switch_cond and time.monotonic() < deadline:
         time.sleep(0.01)  # the collector learns the GIL from a take_gil of ours
 
-    rings = {"collector": registration.ring, "inprocess": inprocess.ring}
+    rings = {"collector": registration.state.ring, "inprocess": inprocess.state.ring}
     main = threading.get_native_id()
 
     def read_both(tids: dict) -> dict:
@@ -101,13 +101,13 @@ def dual(socket_path: str) -> dict:
 
     loops = {}
     for name, iterations, hold_us in (("loop", 20_000, 0), ("loop_holding", 2_000, 50)):
-        before, located = read_both({"main": main}), inprocess.ring.header.locations_written
+        before, located = read_both({"main": main}), inprocess.state.ring.header.locations_written
         _io_loop(iterations, hold_us)
         after = read_both({"main": main})
         loops[name] = {kind: {k: after[kind]["main"][k] - before[kind]["main"][k] for k in before[kind]["main"]}
                        for kind in rings}
         loops[f"{name}_iterations"] = iterations
-        loops[f"{name}_located"] = inprocess.ring.header.locations_written - located
+        loops[f"{name}_located"] = inprocess.state.ring.header.locations_written - located
     truth = _hog_and_victim(5, 50, read_both)
     registration.stop()
     inprocess.stop()
@@ -122,20 +122,20 @@ def fork(_: str) -> dict:
     t0 = time.monotonic_ns()
     _holding.usleep(30_000)
     parent_truth = time.monotonic_ns() - t0
-    before = _counters(inprocess.ring, tid)
+    before = _counters(inprocess.state.ring, tid)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(r)
         child_tid = threading.get_native_id()
-        start = _counters(inprocess.ring, child_tid)
+        start = _counters(inprocess.state.ring, child_tid)
         t0 = time.monotonic_ns()
         _holding.usleep(50_000)
         truth = time.monotonic_ns() - t0
         time.sleep(0.001)  # a release: the hold is closed
-        end = _counters(inprocess.ring, child_tid)
-        child = {"pid": os.getpid(), "header_pid": inprocess.ring.header.pid, "start": start, "end": end,
-                 "truth_hold_ns": truth, "threads": [s.tid for s in inprocess.ring.threads()], "tid": child_tid,
+        end = _counters(inprocess.state.ring, child_tid)
+        child = {"pid": os.getpid(), "header_pid": inprocess.state.ring.header.pid, "start": start, "end": end,
+                 "truth_hold_ns": truth, "threads": [s.tid for s in inprocess.state.ring.threads()], "tid": child_tid,
                  "forks": _inprocess.forks()}
         os.write(w, json.dumps(child).encode())
         os._exit(0)
@@ -143,8 +143,8 @@ def fork(_: str) -> dict:
     with os.fdopen(r) as pipe:
         child = json.loads(pipe.read())
     os.waitpid(pid, 0)
-    after = _counters(inprocess.ring, tid)
-    return {"parent": {"pid": os.getpid(), "header_pid": inprocess.ring.header.pid, "before": before, "after": after,
+    after = _counters(inprocess.state.ring, tid)
+    return {"parent": {"pid": os.getpid(), "header_pid": inprocess.state.ring.header.pid, "before": before, "after": after,
                        "truth_hold_ns": parent_truth, "forks": _inprocess.forks()}, "child": child}
 
 
@@ -158,7 +158,7 @@ def dlopen(_: str) -> dict:
     import sqlite3
 
     sqlite3.connect(":memory:").execute("select 1")
-    truth = _hog_and_victim(3, 50, lambda tids: {n: _counters(inprocess.ring, t) for n, t in tids.items()})
+    truth = _hog_and_victim(3, 50, lambda tids: {n: _counters(inprocess.state.ring, t) for n, t in tids.items()})
     return {"hooked_before": hooked, "hooked_after": _inprocess.got_entries(), **truth}
 
 
@@ -182,7 +182,7 @@ def cycles(_: str) -> dict:
     originals = None
     for _ in range(2000):
         inprocess.start()
-        assert inprocess.status == "ok", inprocess.detail
+        assert inprocess.state.status == "ok", inprocess.state.detail
         if originals is None:
             originals = {e["symbol"]: e["original"] for e in _inprocess.got_entries()}
         inprocess.stop()
@@ -193,10 +193,10 @@ def cycles(_: str) -> dict:
     for t in workers:
         t.join()
     tid = threading.get_native_id()
-    before = _counters(inprocess.ring, tid)
+    before = _counters(inprocess.state.ring, tid)
     _io_loop(10_000)
-    after = _counters(inprocess.ring, tid)
-    stale = [s.tid for s in inprocess.ring.threads() if s.wait_start_ns]  # nobody is waiting now
+    after = _counters(inprocess.state.ring, tid)
+    stale = [s.tid for s in inprocess.state.ring.threads() if s.wait_start_ns]  # nobody is waiting now
     inprocess.stop()
     return {"errors": errors, "originals": originals, "restored": restored, "final": _inprocess.got_entries(),
             "acquisitions": after["acquisitions"] - before["acquisitions"], "iterations": 10_000,

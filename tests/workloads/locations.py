@@ -127,12 +127,12 @@ def main(socket_path: str) -> dict:
     registration = Registration(socket_path)
     registration.start()
     registration.wait(30)
-    assert registration.status == "ok", registration.detail
+    assert registration.state.status == "ok", registration.state.detail
     inprocess = InProcess()
     inprocess.start()
-    assert inprocess.status == "ok", inprocess.detail
+    assert inprocess.state.status == "ok", inprocess.state.detail
     deadline = time.monotonic() + 10
-    while not registration.ring.header.switch_cond and time.monotonic() < deadline:
+    while not registration.state.ring.header.switch_cond and time.monotonic() < deadline:
         time.sleep(0.01)  # the collector learns the GIL from a take_gil of ours
 
     ns: dict = {"HOLD": ctypes.PyDLL(None).usleep}
@@ -170,7 +170,7 @@ def main(socket_path: str) -> dict:
         "deep_function": _name(ns["deep"].__code__), "driver": [_name(hog.__code__), hog.__code__.co_filename],
         "writers": {kind: {"holds": _holds(ring, threads[1].native_id, since),
                            "misses": dict(zip(ringlib.LOC_WHY_NAMES, ring.header.location_misses))}
-                    for kind, ring in (("collector", registration.ring), ("inprocess", inprocess.ring))},
+                    for kind, ring in (("collector", registration.state.ring), ("inprocess", inprocess.state.ring))},
     }
     registration.stop()
     inprocess.stop()

@@ -36,7 +36,7 @@ def read() -> tuple[int, Counters]:
     this process's backend, read with the clock: a hand-off between two bytecodes could fall
     between separate reads of the two), or (now, zeros) where it has no slot."""
     backend = GilInstrumentor._backend
-    ring = backend.ring if backend is not None else None
+    ring = backend.state.ring if backend is not None else None
     tid = threading.get_native_id()
     index = ring.find(tid) if ring is not None else -1
     figures = ring.read(index, tid) if index >= 0 else None

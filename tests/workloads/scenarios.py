@@ -309,7 +309,7 @@ def churn(tracer, args) -> dict:
             t.start()
         for t in batch:
             t.join()
-    ring = GilInstrumentor._backend.ring
+    ring = GilInstrumentor._backend.state.ring
     return {"threads": args.threads, "slot_overflows": ring.header.slot_overflows if ring else None}
 
 
@@ -346,7 +346,7 @@ def cfork(tracer, args) -> dict:
                 span.set_attribute("truth.hold_ns", time.monotonic_ns() - t0)
             time.sleep(0.02)
         backend = GilInstrumentor._backend
-        os.write(w, json.dumps({"pid": os.getpid(), "header_pid": backend.ring.header.pid if backend.ring else None,
+        os.write(w, json.dumps({"pid": os.getpid(), "header_pid": backend.state.ring.header.pid if backend.state.ring else None,
                                 "spans": finished_spans()}).encode())
         os._exit(0)
     os.close(w)
@@ -608,7 +608,7 @@ def main() -> None:
     source = GilInstrumentor._backend  # (the short scenario may uninstrument)
     truth = scenarios[args.scenario](tracer, args)
     spans = finished_spans()
-    ring = source.ring
+    ring = source.state.ring
     report = {
         "backend": source.kind,
         "machine": platform.machine(),

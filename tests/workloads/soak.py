@@ -263,7 +263,7 @@ threading.excepthook = _record
 def leaked_slots(instrumentor: GilInstrumentor) -> list[int]:
     """Thread ids that hold a slot of the ring but are no thread of this process (a slot never
     freed at exit), once the kernel has let every exited thread go (1 s at most)."""
-    ring = instrumentor._backend.ring if instrumentor._backend is not None else None
+    ring = instrumentor._backend.state.ring if instrumentor._backend is not None else None
     if ring is None:
         return []
     for _ in range(100):
