@@ -772,6 +772,38 @@ static PyMethodDef module_methods[] = {
 
 /* ---------------------------------------------------------------- module */
 
+/* The attribute keys the hooks set, by their names in otel_gil.semconv (the one place of every key). */
+static int keys_from_semconv(void)
+{
+	struct {
+		PyObject **slot;
+		const char *name;
+	} keys[] = {
+		{&k_thread_name, "THREAD_NAME"}, {&k_thread_id, "THREAD_ID"}, {&k_wait_ms, "GIL_WAIT_MS"},
+		{&k_hold_ms, "GIL_HOLD_MS"}, {&k_wait_ratio, "GIL_WAIT_RATIO"}, {&k_hold_ratio, "GIL_HOLD_RATIO"},
+		{&k_acquisitions, "GIL_ACQUISITIONS"}, {&k_convoy_waits, "GIL_CONVOY_WAITS"},
+		{&k_others_hold_ms, "GIL_OTHERS_HOLD_MS"}, {&k_http_route, "HTTP_ROUTE"},
+	};
+	PyObject *semconv = PyImport_ImportModule("otel_gil.semconv");
+	if (semconv == NULL)
+		return -1;
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		PyObject *key = PyObject_GetAttrString(semconv, keys[i].name);
+		if (key == NULL || !PyUnicode_CheckExact(key)) {
+			if (key != NULL)
+				PyErr_Format(PyExc_TypeError, "otel_gil.semconv.%s is not a str", keys[i].name);
+			Py_XDECREF(key);
+			Py_DECREF(semconv);
+			return -1;
+		}
+		PyUnicode_InternInPlace(&key);
+		*keys[i].slot = key;
+	}
+	Py_DECREF(semconv);
+	return 0;
+}
+
+/* The SDK's and otel_gil's own attribute names the hooks look up. */
 static int intern_all(void)
 {
 	struct {
@@ -783,18 +815,14 @@ static int intern_all(void)
 		{&s_start_time, "_start_time"}, {&s_end_time, "_end_time"}, {&s_end_time_kw, "end_time"}, {&s_attributes, "_attributes"},
 		{&s_dict, "_dict"}, {&s_immutable, "_immutable"},
 		{&s_max_value_len, "max_value_len"}, {&s_maxlen, "maxlen"},
-		 {&s_active, "_active"}, {&s_private_name, "_name"}, {&s_public_name, "name"}, {&s_kind, "_kind"},
+		{&s_active, "_active"}, {&s_private_name, "_name"}, {&s_public_name, "name"}, {&s_kind, "_kind"},
 		{&s_set_attributes, "set_attributes"}, {&s_span_processor, "_span_processor"}, {&s_thread_key, "otel_gil.thread"},
 		{&s_start, "start"},
-		{&k_thread_name, "thread.name"}, {&k_thread_id, "thread.id"}, {&k_wait_ms, "gil.wait_ms"},
-		{&k_hold_ms, "gil.hold_ms"}, {&k_wait_ratio, "gil.wait_ratio"}, {&k_hold_ratio, "gil.hold_ratio"},
-		{&k_acquisitions, "gil.acquisitions"}, {&k_convoy_waits, "gil.convoy_waits"},
-		{&k_others_hold_ms, "gil.others_hold_ms"}, {&k_http_route, "http.route"},
 	};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)
 			return -1;
-	return 0;
+	return keys_from_semconv();
 }
 
 static struct PyModuleDef fastspan_module = {

@@ -4,7 +4,7 @@
   figures (README.md's table of them is this one: a unit test compares the two).
 - :data:`ATTRIBUTES`: span and event attribute keys and metric attribute keys -> meaning.
 - :data:`EVENTS`: the event (and child span) name -> meaning.
-- :data:`C_HOOK_KEYS`: the keys the C span hooks (``otel_gil/_fastspan.c``) set, for them to intern.
+- :data:`C_HOOK_KEYS`: the keys the C span hooks (``otel_gil/_fastspan.c``) set; they read them from here.
 
 No dependency: the collector reads the statuses it answers with through ``otel_gil.protocol``.
 """
@@ -116,6 +116,6 @@ HTTP_ROUTE = _key("http.route", "a server span's route: the gil.wait_ratio histo
 LE = _key("le", "a gil.wait_ratio.bucket's upper bound (Prometheus' classic histogram)")
 REASON = _key("reason", "why: a gil.location.misses location not read, a gil.spans.dropped span's figures")
 
-# Interned by the C span hooks, in this order.
+# The keys the C span hooks set (otel_gil/_fastspan.c reads each from here by its name).
 C_HOOK_KEYS = (THREAD_NAME, THREAD_ID, GIL_WAIT_MS, GIL_HOLD_MS, GIL_WAIT_RATIO, GIL_HOLD_RATIO, GIL_ACQUISITIONS,
                GIL_CONVOY_WAITS, GIL_OTHERS_HOLD_MS, HTTP_ROUTE)
