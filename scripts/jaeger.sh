@@ -18,7 +18,7 @@ minor=${version#v1.}
 release=2.$((${minor%%.*} - 63)).${version##*.}
 releases=${OTEL_GIL_JAEGER_RELEASE:-https://github.com/jaegertracing/jaeger/releases/download/$version}
 here=$(cd "$(dirname "$0")" && pwd)
-ui=${OTEL_GIL_JAEGER_UI:-$here/../../shared/jaeger-ui/build}
+ui=${OTEL_GIL_JAEGER_UI:-$(cd "$here/../.." && pwd)/shared/jaeger-ui/build}
 cache=${OTEL_GIL_CACHE:-/var/cache/otel-gil}
 built=$cache/jaeger-$version/jaeger
 why=
@@ -38,8 +38,8 @@ from_release() {  # $bin: the release's binary, downloaded once, its archive's S
     name=jaeger-$release-linux-$arch
     bin=$cache/$name/jaeger
     [ ! -x "$bin" ] || return 0
-    mkdir -p "$cache"
-    tmp=$(mktemp -d "$cache/.jaeger-release.XXXXXX")  # in the cache: the move below is atomic
+    # In the cache: the move below is atomic. (set -e does not hold here: every step is checked.)
+    tmp=$({ mkdir -p "$cache" && mktemp -d "$cache/.jaeger-release.XXXXXX"; } 2>/dev/null) || { why="$cache is not writable"; return 1; }
     # shellcheck disable=SC2064
     trap "rm -rf '$tmp'" EXIT
     if ! curl -fsSL --connect-timeout 10 -o "$tmp/archive" "$releases/$name.tar.gz" 2>"$tmp/error" \
@@ -51,10 +51,9 @@ from_release() {  # $bin: the release's binary, downloaded once, its archive's S
             why="the SHA-256 of $releases/$name.tar.gz is not the one its release lists"
         elif ! tar -xzf "$tmp/archive" -C "$tmp" "$name/jaeger" 2>"$tmp/error"; then
             why="$releases/$name.tar.gz has no $name/jaeger ($(tail -n 1 "$tmp/error"))"
+        elif ! { chmod 755 "$tmp/$name/jaeger" && mkdir -p "${bin%/*}" && mv -f "$tmp/$name/jaeger" "$bin"; }; then
+            why="its binary could not be put at $bin"
         else
-            chmod 755 "$tmp/$name/jaeger"
-            mkdir -p "${bin%/*}"
-            mv -f "$tmp/$name/jaeger" "$bin"
             echo "jaeger.sh: Jaeger $release's release binary (its UI inside) is $bin" >&2
         fi
     fi
