@@ -104,9 +104,9 @@ class JaegerUI:
     detail: str = ""
 
     def __str__(self) -> str:
-        return {"inside": "Jaeger's release binary, its UI inside",
-                "assets": f"Jaeger built from its Go module, serving the UI build at {self.detail}",
-                "none": f"Jaeger without a UI: {self.detail}"}[self.source]
+        return {"inside": "its release binary, its UI inside",
+                "assets": f"built from its Go module, serving the UI build at {self.detail}",
+                "none": f"without a UI: {self.detail}"}[self.source]
 
 
 def jaeger_ui() -> JaegerUI:

@@ -104,6 +104,11 @@ def trace_link(trace_id: str, why_no_ui: Callable[[], str], base: str = stack.JA
     return f"no Jaeger UI to show it in ({why_no_ui()}): the slowest trace's JSON is at {base}/api/traces/{trace_id}"
 
 
+def why_no_ui() -> str:
+    ui = stack.jaeger_ui()
+    return ui.detail if ui.source == "none" else f"the Jaeger answering on {stack.JAEGER_QUERY} is not the demo's"
+
+
 def alert_status() -> str:
     """GilContention as Prometheus evaluates it now, with the figure its rule thresholds."""
     deadline = time.monotonic() + 20  # the app exports every second, the rules run every 2
@@ -157,7 +162,7 @@ def main() -> int:
         print(table(spans, args.rows))
         print(f"\n{waits(max(spans, key=lambda s: s['duration']))}")
         slowest = max(spans, key=lambda s: s["duration"])
-        print(f"\n{trace_link(slowest['traceID'], lambda: str(stack.jaeger_ui()))}\n{alert_status()}")
+        print(f"\n{trace_link(slowest['traceID'], why_no_ui)}\n{alert_status()}")
         print("\nthe async example (FastAPI on uvicorn's loop, the same hog), 20 requests in flight...", flush=True)
         async_app = stack.start_app("fastapi", "uvicorn", 18081, ASYNC_SERVICE, collector.address, work / "async.log")
         started.append(async_app)

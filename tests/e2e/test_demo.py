@@ -32,7 +32,8 @@ def test_demo_prints_the_slowest_spans(jaeger):
     if stack.jaeger_serves_ui():  # (the session's Jaeger: its release's UI, or the UI build beside the checkout)
         assert re.search(r"slowest trace in Jaeger's UI: http://\S+/trace/[0-9a-f]{32}$", done.stdout, re.M), done.stdout
     else:  # the trace's JSON, and why there is no UI
-        assert re.search(rf"no Jaeger UI to show it in \(Jaeger without a UI: .+\): the slowest trace's JSON is at "
+        why = stack.jaeger_ui().detail
+        assert re.search(rf"no Jaeger UI to show it in \({re.escape(why)}\): the slowest trace's JSON is at "
                          rf"{re.escape(stack.JAEGER_QUERY)}/api/traces/[0-9a-f]{{32}}$", done.stdout, re.M), done.stdout
     assert re.search(r"GilContention (inactive|pending|firing); its rule's 5-minute wait ratio is [\d.]+ ",
                      done.stdout), done.stdout

@@ -30,7 +30,7 @@ TABLES = """[...document.querySelectorAll('.KeyValueTable')].map(t =>
 def require_ui() -> None:
     """Fails, naming what is missing, where the session's Jaeger serves no UI."""
     if not stack.jaeger_serves_ui():
-        pytest.fail(f"the session's Jaeger serves no UI at {stack.JAEGER_QUERY}/: {stack.jaeger_ui()}")
+        pytest.fail(f"the session's Jaeger serves no UI at {stack.JAEGER_QUERY}/, {stack.jaeger_ui()}")
 
 
 def click(browser: Chromium, element: str) -> None:
