@@ -32,7 +32,7 @@ machine() {  # the release's name for this machine's architecture
 }
 
 from_release() {  # $bin: the release's binary, downloaded once, its archive's SHA-256 the one the release lists; else $why
-    local arch name tmp sum
+    local arch name tmp sum status=0
     if [ "$releases" = none ]; then why="the release is off (OTEL_GIL_JAEGER_RELEASE=none)"; return 1; fi
     arch=$(machine) || { why="Jaeger releases no binary for $(uname -m)"; return 1; }
     name=jaeger-$release-linux-$arch
@@ -42,9 +42,13 @@ from_release() {  # $bin: the release's binary, downloaded once, its archive's S
     tmp=$({ mkdir -p "$cache" && mktemp -d "$cache/.jaeger-release.XXXXXX"; } 2>/dev/null) || { why="$cache is not writable"; return 1; }
     # shellcheck disable=SC2064
     trap "rm -rf '$tmp'" EXIT
-    if ! curl -fsSL --connect-timeout 10 -o "$tmp/archive" "$releases/$name.tar.gz" 2>"$tmp/error" \
-        || ! curl -fsSL --connect-timeout 10 -o "$tmp/sums" "$releases/jaeger-$release.sha256sum.txt" 2>>"$tmp/error"; then
-        why="its release did not download from $releases ($(tail -n 1 "$tmp/error"))"
+    # (Why it did not download, by curl's exit status alone: the image of images.sh keeps the line,
+    # which is part of its recipe, and curl's messages can carry timings.)
+    curl -fsSL --connect-timeout 10 -o "$tmp/archive" "$releases/$name.tar.gz" 2>/dev/null \
+        && curl -fsSL --connect-timeout 10 -o "$tmp/sums" "$releases/jaeger-$release.sha256sum.txt" 2>/dev/null \
+        || status=$?
+    if [ "$status" != 0 ]; then
+        why="its release did not download from $releases (curl's exit status $status)"
     else
         sum=$(sha256sum "$tmp/archive" | cut -d ' ' -f 1)
         if ! awk -v sum="$sum" -v file="$name.tar.gz" '$1 == sum && ($2 == file || $2 == "*" file) { found = 1 } END { exit !found }' "$tmp/sums"; then

@@ -92,31 +92,34 @@ def test_the_image_without_a_ui_serves_its_api_and_says_why(engine, no_ui):
     """images.sh builds the image of docker-compose.yml's jaeger service without a UI (its own
     recipe: its archive cached beside the one with the UI); it must not crash as it did (Jaeger
     panicked at start, pointed at an empty UI directory)."""
-    run = [engine]
-    subprocess.run([str(ROOT / "scripts" / "images.sh"), engine], env=no_ui, check=True)
-    label = subprocess.run([*run, "image", "inspect", "--format", '{{ index .Config.Labels "org.otel-gil.recipe" }}',
+    images = [str(ROOT / "scripts" / "images.sh"), engine]
+    subprocess.run(images, env=no_ui, check=True)
+    label = subprocess.run([engine, "image", "inspect", "--format", '{{ index .Config.Labels "org.otel-gil.recipe" }}',
                             IMAGE], capture_output=True, text=True, check=True).stdout.strip()
     if label in ("", "<no value>"):
         pytest.skip("the registry's image is used here: no local build to test")
-    container = subprocess.run([*run, "run", "-d", "--rm", "-p", f"127.0.0.1:{16686 + OFFSET}:16686",
+    container = subprocess.run([engine, "run", "-d", "-p", f"127.0.0.1:{16686 + OFFSET}:16686",
                                 "-p", f"127.0.0.1:{4318 + OFFSET}:4318", IMAGE],
                                capture_output=True, text=True, check=True).stdout.strip()
     query, otlp = f"http://127.0.0.1:{16686 + OFFSET}", f"http://127.0.0.1:{4318 + OFFSET}"
 
     def logs() -> str:
-        return subprocess.run([*run, "logs", container], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        return subprocess.run([engine, "logs", container], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True).stdout
 
     try:
         deadline = time.monotonic() + 60
         while not stack.http_ok(f"{query}/api/services"):
-            assert time.monotonic() < deadline, logs()
+            running = subprocess.run([engine, "inspect", "--format", "{{.State.Running}}", container],
+                                     capture_output=True, text=True).stdout.strip()
+            assert running == "true" and time.monotonic() < deadline, f"Jaeger's container did not serve:\n{logs()}"
             time.sleep(0.5)
         assert [s["operationName"] for s in span_round_trip(otlp, query, "no-ui-image")] == ["no-ui"], logs()
         assert not stack.jaeger_serves_ui(query)
         assert b"This is not the Jaeger UI you are looking for" in get(f"{query}/")
         log = logs()
     finally:
-        subprocess.run([*run, "rm", "-f", container], capture_output=True)
+        subprocess.run([engine, "rm", "-f", container], capture_output=True)
+        subprocess.run(images, check=True)  # the image as the rest of the session has it (its archive loaded)
     assert_says_why(log.splitlines()[0], "jaeger")
     assert "panic" not in log.lower(), log
