@@ -84,7 +84,8 @@ def start_collector(
 
 
 def _binary(script: str, what: str, env: Optional[dict] = None) -> str:
-    """Path of a tool built from its Go module by scripts/SCRIPT, on first use (minutes; progress on stderr)."""
+    """Path of a tool scripts/SCRIPT gets (built from its Go module, or Jaeger's release) on first use
+    (minutes; progress on stderr), with ``env`` as its environment."""
     done = subprocess.run([str(ROOT / "scripts" / script), "path"], stdout=subprocess.PIPE, text=True, env=env)
     if done.returncode != 0:
         raise StackError(f"building {what} failed (see the output above)")
