@@ -119,6 +119,7 @@ def test_the_image_without_a_ui_serves_its_api_and_says_why(engine, no_ui):
         assert b"This is not the Jaeger UI you are looking for" in get(f"{query}/")
         log = logs()
     finally:
+        subprocess.run([engine, "stop", "-t", "5", container], capture_output=True)
         subprocess.run([engine, "rm", "-f", container], capture_output=True)
         subprocess.run(images, check=True)  # the image as the rest of the session has it (its archive loaded)
     assert_says_why(log.splitlines()[0], "jaeger")
