@@ -67,7 +67,8 @@ build/wheels.stamp: $(WHEEL_TOOLS)/bin/python $(WHEEL_SOURCES)
 
 wheels: host build/wheels.stamp
 
-# Jaeger, Prometheus and promtool, built once from their Go modules and cached outside the repo.
+# Jaeger (its release binary where it downloads, else built from its Go module: scripts/jaeger.sh),
+# Prometheus and promtool (built from their Go modules), once, cached outside the repo.
 tools:
 	$(SUDO) scripts/jaeger.sh path
 	$(SUDO) scripts/prometheus.sh path prometheus

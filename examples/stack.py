@@ -23,7 +23,6 @@ JAEGER_QUERY = "http://127.0.0.1:16686"
 OTLP_HTTP = "http://127.0.0.1:4318"
 PROMETHEUS = "http://127.0.0.1:9090"
 TAIL_SAMPLING = EXAMPLES / "compose" / "gil-tail-sampling.yaml"  # keeps every GIL-bound trace
-JAEGER_UI = ROOT.parent / "shared" / "jaeger-ui" / "build"  # a build of Jaeger's UI, where CI has it
 BIN = Path(sys.executable).parent
 
 
@@ -84,43 +83,67 @@ def start_collector(
     return _wait(Service("collector", proc, log, socket_path), lambda: os.path.exists(socket_path), timeout)
 
 
-def _binary(script: str, what: str) -> str:
-    """Path of a tool built from its Go module by scripts/SCRIPT, on first use (minutes; progress on stderr)."""
-    done = subprocess.run([str(ROOT / "scripts" / script), "path"], stdout=subprocess.PIPE, text=True)
+def _binary(script: str, what: str, env: Optional[dict] = None) -> str:
+    """Path of a tool scripts/SCRIPT gets (built from its Go module, or Jaeger's release) on first use
+    (minutes; progress on stderr), with ``env`` as its environment."""
+    done = subprocess.run([str(ROOT / "scripts" / script), "path"], stdout=subprocess.PIPE, text=True, env=env)
     if done.returncode != 0:
         raise StackError(f"building {what} failed (see the output above)")
     return done.stdout.strip()
-
-
-def jaeger_binary() -> str:
-    return _binary("jaeger.sh", "Jaeger")
 
 
 def jaeger_up() -> bool:
     return http_ok(f"{JAEGER_QUERY}/api/services")
 
 
-def jaeger_ui_assets() -> Optional[Path]:
-    """Jaeger's UI build: $OTEL_GIL_JAEGER_UI, else ../shared/jaeger-ui/build beside the checkout."""
-    path = Path(os.environ.get("OTEL_GIL_JAEGER_UI") or JAEGER_UI)
-    return path if (path / "index.html").is_file() else None
+@dataclass(frozen=True)
+class JaegerUI:
+    """Where scripts/jaeger.sh's Jaeger gets its web UI: "inside" its binary (Jaeger's release),
+    "assets" (the UI build at ``detail``, which it serves) or "none" (``detail`` says why)."""
+
+    source: str
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return {"inside": "its release binary, its UI inside",
+                "assets": f"built from its Go module, serving the UI build at {self.detail}",
+                "none": f"without a UI: {self.detail}"}[self.source]
 
 
-def start_jaeger(log: Path, timeout: float = 60, tail_sampling: bool = False) -> Service:
-    """Jaeger on loopback (scripts/jaeger-config.yaml), serving its UI where the assets are; with
-    ``tail_sampling``, its traces pipeline samples as the compose stack's collector does (TAIL_SAMPLING)."""
-    binary = jaeger_binary()
-    if jaeger_up():
-        raise StackError(f"something already answers on {JAEGER_QUERY}: stop it first")
-    argv = [binary, "--config", str(ROOT / "scripts" / "jaeger-config.yaml")]
+def jaeger_ui() -> JaegerUI:
+    """``scripts/jaeger.sh ui``: where the Jaeger that start_jaeger runs gets its UI (the binary built
+    or downloaded first)."""
+    done = subprocess.run([str(ROOT / "scripts" / "jaeger.sh"), "ui"], stdout=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise StackError("scripts/jaeger.sh ui failed (see the output above)")
+    source, _, detail = done.stdout.strip().partition(" ")
+    return JaegerUI(source, detail)
+
+
+def jaeger_serves_ui(base: str = JAEGER_QUERY) -> bool:
+    """Whether the Jaeger at ``base`` serves its UI at / (not its placeholder page)."""
+    try:
+        with urllib.request.urlopen(f"{base}/", timeout=5) as resp:
+            return b'id="jaeger-ui-root"' in resp.read()
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def start_jaeger(log: Path, timeout: float = 60, tail_sampling: bool = False, options: tuple[str, ...] = (),
+                 query: str = JAEGER_QUERY, env: Optional[dict] = None) -> Service:
+    """Jaeger on loopback (``scripts/jaeger.sh run``: scripts/jaeger-config.yaml and its UI, else a first
+    line in ``log`` that says why it has none); with ``tail_sampling``, its traces pipeline samples as the
+    compose stack's collector does (TAIL_SAMPLING). ``options`` go to its command line (e.g. --set of its
+    endpoints: its API then answers at ``query``), ``env`` is its environment."""
+    _binary("jaeger.sh", "Jaeger", env)  # built or downloaded first, with its progress on the console
+    if http_ok(f"{query}/api/services"):
+        raise StackError(f"something already answers on {query}: stop it first")
+    argv = [str(ROOT / "scripts" / "jaeger.sh"), "run"]
     if tail_sampling:
         argv += ["--config", str(TAIL_SAMPLING)]
-    assets = jaeger_ui_assets()
-    if assets is not None:
-        argv.append(f"--set=extensions.jaeger_query.ui.assets_path={assets}")
     with open(log, "w") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-    return _wait(Service("jaeger", proc, log, JAEGER_QUERY), jaeger_up, timeout)
+        proc = subprocess.Popen([*argv, *options], stdout=out, stderr=subprocess.STDOUT, env=env)
+    return _wait(Service("jaeger", proc, log, query), lambda: http_ok(f"{query}/api/services"), timeout)
 
 
 def prometheus_up() -> bool:

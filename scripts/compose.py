@@ -72,6 +72,11 @@ class Stack:
     def logs(self, service: str, lines: int = LOG_LINES) -> str:
         return self.compose("logs", "--no-color", f"--tail={lines}", service, check=False)
 
+    def why_no_ui(self) -> str:
+        """Why the jaeger service has no UI, as its log's first line says (images/jaeger/entrypoint.sh)."""
+        said = [line for line in self.logs("jaeger", lines=1000).splitlines() if "no UI: " in line]
+        return said[0].split("no UI: ", 1)[1] if said else "its log does not say why"
+
     def failed(self, service: str, what: str) -> StackError:
         return StackError(f"compose service {service}: {what}; its last log lines:\n{self.logs(service)}")
 
@@ -148,7 +153,7 @@ def report(project: Stack, requests: int = 30) -> str:
         out += [f"\n{name} ({service}): slowest of {len(measured)} server spans with GIL figures, from Jaeger "
                 f"({jaeger}/api/traces?service={name}):\n",
                 (demo.async_table if name == "fastapi-gil" else demo.table)(measured, 5), "",
-                demo.waits(slowest), f"\nthe slowest trace in Jaeger's UI: {jaeger}/trace/{slowest['traceID']}"]
+                demo.waits(slowest), "\n" + demo.trace_link(slowest["traceID"], project.why_no_ui, jaeger)]
     return "\n".join(out)
 
 

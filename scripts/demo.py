@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
@@ -102,12 +103,16 @@ def load(url: str, requests: int, max_seconds: int = 120, routes: str = ROUTES, 
             "--requests", str(requests), "--concurrency", str(concurrency), "--max-seconds", str(max_seconds)]
 
 
-def trace_link(spans: list[dict]) -> str:
-    slowest = max(spans, key=lambda s: s["duration"])
-    if stack.jaeger_ui_assets() is None:
-        return (f"Jaeger's UI build is not at {stack.JAEGER_UI} (OTEL_GIL_JAEGER_UI names another): the slowest "
-                f"trace's JSON is at {stack.JAEGER_QUERY}/api/traces/{slowest['traceID']}")
-    return f"the slowest trace in Jaeger's UI: {stack.JAEGER_QUERY}/trace/{slowest['traceID']}"
+def trace_link(trace_id: str, why_no_ui: Callable[[], str], base: str = stack.JAEGER_QUERY) -> str:
+    """The trace's page in the UI of the Jaeger at ``base``; where it serves none, its JSON and ``why_no_ui()``."""
+    if stack.jaeger_serves_ui(base):
+        return f"the slowest trace in Jaeger's UI: {base}/trace/{trace_id}"
+    return f"no Jaeger UI to show it in ({why_no_ui()}): the slowest trace's JSON is at {base}/api/traces/{trace_id}"
+
+
+def why_no_ui() -> str:
+    ui = stack.jaeger_ui()
+    return ui.detail if ui.source == "none" else f"the Jaeger answering on {stack.JAEGER_QUERY} is not the demo's"
 
 
 def alert_status() -> str:
@@ -139,9 +144,11 @@ def main() -> int:
         if stack.jaeger_up():
             print(f"Jaeger: using the one already answering on {stack.JAEGER_QUERY}", flush=True)
         else:
-            print("Jaeger: starting the cached build (the first run builds it: about 8 minutes), its tail sampling "
-                  f"keeping every GIL-bound trace ({stack.TAIL_SAMPLING.relative_to(ROOT)})...", flush=True)
+            print("Jaeger: starting its release binary where it downloads, else a build of its Go module (the first "
+                  "run builds it: about 8 minutes), its tail sampling keeping every GIL-bound trace "
+                  f"({stack.TAIL_SAMPLING.relative_to(ROOT)})...", flush=True)
             started.append(stack.start_jaeger(work / "jaeger.log", tail_sampling=True))
+            print(f"Jaeger: {stack.jaeger_ui()}", flush=True)
         if stack.prometheus_up():
             print(f"Prometheus: using the one already answering on {stack.PROMETHEUS}", flush=True)
         else:
@@ -160,7 +167,8 @@ def main() -> int:
         print(f"\nslowest of {len(spans)} server spans, from Jaeger ({stack.JAEGER_QUERY}/api/traces?service={SERVICE}):\n")
         print(table(spans, args.rows))
         print(f"\n{waits(max(spans, key=lambda s: s['duration']))}")
-        print(f"\n{trace_link(spans)}\n{alert_status()}")
+        slowest = max(spans, key=lambda s: s["duration"])
+        print(f"\n{trace_link(slowest['traceID'], why_no_ui)}\n{alert_status()}")
         print("\nthe async example (FastAPI on uvicorn's loop, the same hog), 20 requests in flight...", flush=True)
         async_app = stack.start_app("fastapi", "uvicorn", 18081, ASYNC_SERVICE, collector.address, work / "async.log")
         started.append(async_app)

@@ -3,7 +3,7 @@
 # else built here under the same name from the same sources (images/*/Dockerfile says how each is):
 #   debian:bookworm-slim                          debootstrap (minbase) from Debian's mirror, slimmed as Debian's image
 #   python:3.11-slim-bookworm                     images/python: CPython into /usr/local, as the official image
-#   jaegertracing/jaeger:2.13.0                   images/jaeger: scripts/jaeger.sh's binary and Jaeger's UI build
+#   jaegertracing/jaeger:2.13.0                   images/jaeger: scripts/jaeger.sh's binary and its UI (jaeger.sh ui)
 #   prom/prometheus:v3.7.3                        images/prometheus: scripts/prometheus.sh's binaries
 #   otel/opentelemetry-collector-contrib:0.140.1  images/otelcol: a distribution of the Collector Builder
 #
@@ -21,7 +21,6 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 gil_cache=${OTEL_GIL_CACHE:-/var/cache/otel-gil}
 cache=$gil_cache/images
 mirror=${OTEL_GIL_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-ui=${OTEL_GIL_JAEGER_UI:-$root/../shared/jaeger-ui/build}
 label=org.otel-gil.recipe
 builder=go.opentelemetry.io/collector/cmd/builder@v0.140.0  # the Collector Builder of images/otelcol/manifest.yaml
 work=$(mktemp -d "${TMPDIR:-/tmp}/otel-gil-images.XXXXXX")
@@ -87,15 +86,19 @@ otelcol() {  # the Collector Builder's distribution of images/otelcol/manifest.y
 }
 
 context() {  # IMAGE: $work/context, the image's build context (its Dockerfile and what it copies)
+    local source detail
     rm -rf "$work/context"
     cp -r "$root/images/$(dir_of "$1")" "$work/context"
     case $1 in
         */jaeger:*)
             cp "$("$root/scripts/jaeger.sh" path)" "$work/context/jaeger"
-            if [ -f "$ui/index.html" ]; then cp -r "$ui" "$work/context/ui"; else
-                mkdir "$work/context/ui"
-                echo "images.sh: no Jaeger UI build at $ui (OTEL_GIL_JAEGER_UI names one): the image serves a placeholder page" >&2
-            fi ;;
+            mkdir "$work/context/ui"  # the UI build the image serves, or the one line that says why it has none
+            read -r source detail <<<"$("$root/scripts/jaeger.sh" ui)"
+            case $source in
+                assets) cp -r "$detail/." "$work/context/ui/" ;;
+                none) echo "$detail" >"$work/context/ui/none"
+                      echo "images.sh: $1 without a UI: $detail" >&2 ;;
+            esac ;;
         */prometheus:*)
             cp "$("$root/scripts/prometheus.sh" path prometheus)" "$("$root/scripts/prometheus.sh" path promtool)" "$work/context/" ;;
         */opentelemetry-collector-contrib:*)

@@ -1,6 +1,6 @@
-"""What a user sees in Jaeger's own UI (the build in ../shared/jaeger-ui, served by the
-session's Jaeger): the slowest /io trace of the Flask example, opened in headless
-Chromium, its span expanded, shows the gil.* tags and a gil.wait log naming the hog, and
+"""What a user sees in Jaeger's own UI (the session's Jaeger's: its release binary's, or the UI
+build its Go build serves: scripts/jaeger.sh ui): the slowest /io trace of the Flask example,
+opened in headless Chromium, its span expanded, shows the gil.* tags and a gil.wait log naming the hog, and
 its timeline a gil.wait bar per long wait naming the hog's code. The screenshots stay in $OTEL_GIL_ARTIFACTS (default /tmp/otel-gil-artifacts)."""
 
 from __future__ import annotations
@@ -25,6 +25,12 @@ LOG_HEADER = f"{HEADERS}.find(h => h.closest('.AccordianLogs') && h.innerText.in
 # Every key/value table the page shows now, as [[key, value], ...] per table.
 TABLES = """[...document.querySelectorAll('.KeyValueTable')].map(t =>
     [...t.querySelectorAll('tr')].map(tr => [...tr.cells].map(td => td.innerText.trim())))"""
+
+
+def require_ui() -> None:
+    """Fails, naming what is missing, where the session's Jaeger serves no UI."""
+    if not stack.jaeger_serves_ui():
+        pytest.fail(f"the session's Jaeger serves no UI at {stack.JAEGER_QUERY}/, {stack.jaeger_ui()}")
 
 
 def click(browser: Chromium, element: str) -> None:
@@ -58,9 +64,7 @@ def _first_blocker(span: dict):
 
 
 def test_the_slow_io_span_shows_its_gil_tags_and_the_hog_in_jaeger_ui(collector_app):
-    if stack.jaeger_ui_assets() is None:
-        pytest.fail(f"Jaeger's UI build is missing at {stack.JAEGER_UI} (set OTEL_GIL_JAEGER_UI to a "
-                    "jaeger-ui build/ directory, see ../shared/jaeger-ui/README.md)")
+    require_ui()
     svc = collector_app("flask", "dev", SERVICE, hog=True)
     drive(svc.address, "/io", 10, concurrency=1)
     spans = server_spans(SERVICE, "GET /io", 10)
@@ -90,8 +94,7 @@ WAIT_ROWS = "[...document.querySelectorAll('a.span-name')].filter(a => a.innerTe
 def test_the_waits_are_bars_in_the_trace_timeline_naming_the_hogs_code(collector_app):
     """The slowest /io trace's timeline shows a gil.wait child bar per long wait; opening one
     shows the hog's thread and function (examples/workload.py's compute_stats or its loop)."""
-    if stack.jaeger_ui_assets() is None:
-        pytest.fail(f"Jaeger's UI build is missing at {stack.JAEGER_UI}")
+    require_ui()
     svc = collector_app("flask", "dev", SERVICE + "-bars", hog=True)
     drive(svc.address, "/io", 10, concurrency=1)
     spans = server_spans(SERVICE + "-bars", "GET /io", 10)
@@ -121,8 +124,7 @@ def test_a_fastapi_trace_shows_its_own_hold_beside_the_loops_time_on_the_others(
     trace in Jaeger's UI, its server span's tags open: its own code's hold, the loop's hold for
     the other requests meanwhile, and its wait, as the API has them; its parts (gather
     children) are spans with their own holds."""
-    if stack.jaeger_ui_assets() is None:
-        pytest.fail(f"Jaeger's UI build is missing at {stack.JAEGER_UI}")
+    require_ui()
     service = "fastapi-jaeger-ui"
     svc = collector_app("fastapi", "uvicorn", service, hog=True)
     drive(svc.address, "/fanout,/io,/cpu", 60, concurrency=20)
