@@ -47,8 +47,11 @@ fetch_source() {  # VERSION WORKDIR -> the verified tarball's path (downloaded o
         curl -sSfL -o "$cache/src/$name.part" "$mirror/pool/main/p/python${v}/$name"
         mv "$cache/src/$name.part" "$cache/src/$name"
     fi
-    echo "$sha  $cache/src/$name" | sha256sum -c --quiet - >&2 \
-        || { echo "freethreaded.sh: $cache/src/$name does not match its SHA-256 $sha" >&2; return 1; }
+    echo "$sha  $cache/src/$name" | sha256sum -c --quiet - >&2 || {
+        rm -f "$cache/src/$name"
+        echo "freethreaded.sh: $name does not match the SHA-256 of trixie's Sources ($sha): removed" >&2
+        return 1
+    }
     echo "$cache/src/$name"
 }
 
