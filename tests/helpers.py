@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import shutil
@@ -85,8 +86,9 @@ def check_free_threaded(done: subprocess.CompletedProcess) -> dict:
     report = json.loads(done.stdout)
     assert report["gil_enabled"] == dict.fromkeys(_FREE_THREADED_STEPS, False), report["gil_enabled"]
     truth = report["truth"]
-    assert truth["hold_ns"] >= 0.3e9 and truth["longest_pause_ns"] < truth["hold_ns"] / 2, truth
-    assert sorted(s["name"] for s in report["spans"]) == ["counter", "holder"], report["spans"]
+    assert truth["longest_pause_ns"] < truth["hold_ns"] / 2, truth
+    names, requests = collections.Counter(s["name"] for s in report["spans"]), truth["requests"]
+    assert names == {"counter": 1, "holder": 1, "request": requests, "child": requests}, names
     for span_ in report["spans"]:
         gil = {k: v for k, v in span_["attributes"].items() if k.startswith("gil.")}
         assert gil == {"gil.status": "gil_disabled"}, span_

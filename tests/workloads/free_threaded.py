@@ -1,6 +1,7 @@
 """otel_gil's whole life in a free-threaded process, with whether the GIL was on after each step.
 
 Usage: python -W error::RuntimeWarning free_threaded.py SOCKET; the backend is $OTEL_GIL_BACKEND.
+Spans: the two threads', and THREADS x REQUESTS requests (each with a child) made at once.
 Prints one JSON document: ``gil_enabled`` after each step (import, instrument, spans, metrics,
 otel-gil check, uninstrument), the finished spans, the metric points, ``otel-gil check``'s exit
 code, the otel_gil modules' files, and the ground truth that no thread waited for a GIL: a thread counting while another
@@ -34,6 +35,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
 HOLD_S = 0.3
+THREADS, REQUESTS = 8, 100  # concurrent_spans: threads, each with REQUESTS request spans with a child each
 
 
 def hold_and_count(tracer) -> dict:
@@ -68,6 +70,23 @@ def hold_and_count(tracer) -> dict:
     return truth
 
 
+def concurrent_spans(tracer) -> None:
+    """Spans started and ended on THREADS threads at once, with no GIL to take turns on."""
+    start = threading.Barrier(THREADS)
+
+    def requests() -> None:
+        start.wait()
+        for _ in range(REQUESTS):
+            with tracer.start_as_current_span("request"), tracer.start_as_current_span("child"):
+                pass
+
+    threads = [threading.Thread(target=requests, name=f"requests-{i}") for i in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def main() -> None:
     socket_path = sys.argv[1]
     exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()
@@ -77,7 +96,10 @@ def main() -> None:
     instrumentor.instrument(tracer_provider=provider, meter_provider=MeterProvider([reader]),
                             socket_path=socket_path, register_timeout_s=5)
     step("instrument")
-    truth = hold_and_count(provider.get_tracer("free-threaded"))
+    tracer = provider.get_tracer("free-threaded")
+    truth = hold_and_count(tracer)
+    concurrent_spans(tracer)
+    truth["requests"] = THREADS * REQUESTS
     step("spans")
     data = reader.get_metrics_data()
     metrics = {m.name: [dict(p.attributes) | {"value": getattr(p, "value", getattr(p, "sum", None))}
