@@ -40,7 +40,10 @@ images: host
 compose-down:
 	$(SUDO) $(PYTHON) scripts/compose.py down
 
+# The interpreter matrix's venvs (.venv-matrix/), from pyenv's CPythons and free-threaded ones
+# built from source once by scripts/freethreaded.sh (6-15 minutes on 2 cores), cached outside the repo.
 matrix:
+	$(SUDO) scripts/freethreaded.sh 3.13 >/dev/null
 	scripts/matrix-venvs.sh
 
 # Debian sid (python3.13-3.15) and bullseye (python3.9, glibc 2.31) trees for the interpreter

@@ -1,9 +1,14 @@
-"""otel_gil's C parts; everything else is in pyproject.toml.
+"""otel_gil's C parts and dependencies; everything else is in pyproject.toml.
 
 - ``otel_gil._inprocess``: the in-process writer of the GIL slots (GOT hooks), the
   backend that needs no root. Without it only the collector can measure.
 - ``otel_gil._fastspan``: the span hooks in C. Without them otel_gil uses the same
-  hooks in Python, which cost more per span.
+  hooks in Python, which cost more per span. Not built on free-threaded builds: it needs
+  the GIL, and importing it there would turn the GIL on for the whole process.
+
+The dependencies depend on the build: OpenTelemetry's OTLP exporter, gRPC and HTTP; on
+free-threaded builds, for which no grpcio release has a wheel (pip would compile it for tens
+of minutes), its HTTP exporter only (README, "Free-threaded builds").
 
 Both include the headers beside them (otel_gil/*.h: gil_layout.h, the slot layout the
 collector's BPF program writes too, and the rest). Built from the sdist without a C
@@ -14,11 +19,22 @@ OTEL_GIL_REQUIRE_EXTENSIONS=1, which makes a part that does not build fail the b
 
 import glob
 import os
+import sysconfig
 
 from setuptools import Extension, setup
 
 required = os.environ.get("OTEL_GIL_REQUIRE_EXTENSIONS") == "1"
+free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+# opentelemetry-instrument's default exporter (OTLP over gRPC; HTTP too), as the design promises
+otlp = "opentelemetry-exporter-otlp-proto-http>=1.30" if free_threaded else "opentelemetry-exporter-otlp>=1.30"
 setup(
+    install_requires=[
+        "opentelemetry-api>=1.30",
+        "opentelemetry-sdk>=1.30",
+        "opentelemetry-instrumentation>=0.51b0",
+        otlp,
+        "wrapt>=1.14",
+    ],
     ext_modules=[
         Extension(f"otel_gil.{name}", [f"otel_gil/{source}.c" for source in sources], include_dirs=["otel_gil"],
                   optional=not required, depends=sorted(glob.glob("otel_gil/*.h")))
@@ -26,5 +42,6 @@ setup(
             ("_inprocess", ["_inprocess", "got_patch"]),
             ("_fastspan", ["_fastspan", "context_switches", "thread_names", "wait_ratios", "figure_checks"]),
         )
+        if not (free_threaded and name == "_fastspan")
     ]
 )

@@ -23,6 +23,11 @@
  * Each slot is written only by its own thread, under the seqlock readers retry
  * on. The ring is allocated once per process and never freed, so a reader or a
  * wrapper still running across uninstall() never touches unmapped memory.
+ *
+ * The wrappers never needed the GIL (a GIL waiter runs them without it). The calls
+ * from Python run one at a time: under the GIL, or on a free-threaded build under
+ * api_lock, so the module is declared safe without a GIL (Py_MOD_GIL_NOT_USED) and
+ * importing it there leaves the GIL off.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -43,6 +48,7 @@
 
 #include "gil_layout.h"
 #include "got_patch.h"
+#include "py_versions.h"
 
 #define COND_STRIDE (sizeof(pthread_cond_t) + sizeof(pthread_mutex_t)) /* &gil->switch_cond - &gil->cond */
 
@@ -303,6 +309,27 @@ static void after_fork_child(void)
 
 static PyObject *Unsupported;
 
+#ifdef Py_GIL_DISABLED
+/* The GIL's part for the calls from Python where there may be none: one at a time. A
+ * caller waiting here lets its thread state go, as a GIL waiter does (so install()'s
+ * release of a GIL turned on at run time cannot deadlock with it). */
+static PyMutex api_lock;
+#define API_LOCK() PyMutex_Lock(&api_lock)
+#define API_UNLOCK() PyMutex_Unlock(&api_lock)
+#else
+#define API_LOCK() ((void)0)
+#define API_UNLOCK() ((void)0)
+#endif
+
+/* fn(module, arg) under api_lock. */
+static PyObject *locked(PyObject *(*fn)(PyObject *, PyObject *), PyObject *module, PyObject *arg)
+{
+	API_LOCK();
+	PyObject *result = fn(module, arg);
+	API_UNLOCK();
+	return result;
+}
+
 static int allocate(uint32_t slots)
 {
 	size_t size = (size_t)(slots + 1 + GIL_HOLD_PAGES + GIL_LOC_LEN) * sizeof(struct gil_slot); /* header, slots, hold log, locations */
@@ -367,7 +394,7 @@ static int learn_conds(void)
 	return 0;
 }
 
-static PyObject *install(PyObject *module, PyObject *args, PyObject *kwds)
+static PyObject *install_locked(PyObject *module, PyObject *args, PyObject *kwds)
 {
 	static char *kwlist[] = {"nslots", "long_wait_ns", "convoy_ns", NULL};
 	unsigned int slots;
@@ -406,13 +433,23 @@ static PyObject *install(PyObject *module, PyObject *args, PyObject *kwds)
 	return Py_BuildValue("(kn)", (unsigned long)(uintptr_t)ring, (Py_ssize_t)ring_size);
 }
 
+static PyObject *install(PyObject *module, PyObject *args, PyObject *kwds)
+{
+	API_LOCK();
+	PyObject *result = install_locked(module, args, kwds);
+	API_UNLOCK();
+	return result;
+}
+
 static PyObject *uninstall(PyObject *module, PyObject *unused)
 {
 	(void)module, (void)unused;
+	API_LOCK();
 	__atomic_store_n(&active, 0, __ATOMIC_SEQ_CST);
 	if (ring != NULL && gil_cond != NULL)
 		close_open_intervals();
 	got_restore();
+	API_UNLOCK();
 	Py_RETURN_NONE;
 }
 
@@ -435,7 +472,7 @@ static int layout_from(PyObject *arg, struct gil_py_layout *layout)
 	return ok ? 0 : -1;
 }
 
-static PyObject *locate_self(PyObject *module, PyObject *arg)
+static PyObject *locate_self_locked(PyObject *module, PyObject *arg)
 {
 	(void)module;
 	struct gil_header h;
@@ -459,7 +496,9 @@ static PyObject *locate_self(PyObject *module, PyObject *arg)
 	return PyBytes_FromStringAndSize((const char *)&loc, sizeof(loc));
 }
 
-static PyObject *set_layout(PyObject *module, PyObject *arg)
+static PyObject *locate_self(PyObject *module, PyObject *arg) { return locked(locate_self_locked, module, arg); }
+
+static PyObject *set_layout_locked(PyObject *module, PyObject *arg)
 {
 	(void)module;
 	struct gil_py_layout layout;
@@ -479,10 +518,13 @@ static PyObject *set_layout(PyObject *module, PyObject *arg)
 	Py_RETURN_NONE;
 }
 
+static PyObject *set_layout(PyObject *module, PyObject *arg) { return locked(set_layout_locked, module, arg); }
+
 static PyObject *hooked_entries(PyObject *module, PyObject *unused)
 {
 	(void)module, (void)unused;
 	int ngot;
+	API_LOCK();
 	const struct got_entry *got = got_entries(&ngot);
 	PyObject *list = PyList_New(0);
 	for (int i = 0; list != NULL && i < ngot; i++) {
@@ -495,6 +537,7 @@ static PyObject *hooked_entries(PyObject *module, PyObject *unused)
 			Py_CLEAR(list);
 		Py_XDECREF(row);
 	}
+	API_UNLOCK();
 	return list;
 }
 
@@ -547,7 +590,8 @@ PyMODINIT_FUNC PyInit__inprocess(void)
 						NULL, NULL);
 	if (Unsupported == NULL || PyModule_AddObject(m, "Unsupported", Unsupported) ||
 	    PyModule_AddIntConstant(m, "SLOT_SIZE", sizeof(struct gil_slot)) ||
-	    PyModule_AddIntConstant(m, "LAYOUT_VERSION", GIL_LAYOUT_VERSION)) {
+	    PyModule_AddIntConstant(m, "LAYOUT_VERSION", GIL_LAYOUT_VERSION) ||
+	    DECLARE_MODULE_GIL(m, Py_MOD_GIL_NOT_USED)) {
 		Py_DECREF(m);
 		return NULL;
 	}

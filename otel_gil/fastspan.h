@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #ifdef Py_GIL_DISABLED
-#error "otel_gil._fastspan needs the GIL (free-threaded builds use the Python hooks)"
+#error "otel_gil._fastspan needs the GIL: setup.py builds it only where there is one (free-threaded builds use the Python hooks)"
 #endif
 
 #include "gil_layout.h"

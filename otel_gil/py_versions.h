@@ -13,4 +13,13 @@
 /* PyContext_AddWatcher sees every context switch (before: Context.run, replaced in the type). */
 #define PY_3_14_OR_LATER (PY_VERSION_HEX >= 0x030E0000)
 
+/* What a module declares about the GIL (Py_mod_gil's values), for single-phase init: a call
+ * on free-threaded builds, where an undeclared module turns the GIL on at import; nothing on
+ * the others, which ignore it (0: no error). */
+#ifdef Py_GIL_DISABLED
+#define DECLARE_MODULE_GIL(module, value) PyUnstable_Module_SetGIL((module), (value))
+#else
+#define DECLARE_MODULE_GIL(module, value) 0
+#endif
+
 #endif

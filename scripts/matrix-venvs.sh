@@ -1,16 +1,25 @@
 #!/usr/bin/env bash
 # One virtualenv per CPython of the verified matrix (.venv-matrix/3.X), from pyenv's
-# builds, with what the test workloads import, and otel_gil's C parts built in place for
-# each (ABI-tagged .so files side by side; the workloads import otel_gil from the checkout).
+# builds, and per free-threaded build (.venv-matrix/3.Xt, from scripts/freethreaded.sh's
+# cache: `make matrix` builds them first), with what the test workloads import, and
+# otel_gil's C parts built in place for each (ABI-tagged .so files side by side; the
+# workloads import otel_gil from the checkout; free-threaded builds have no _fastspan).
 # Idempotent (a no-op when nothing it reads changed); builds the venvs in parallel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=${PYENV_ROOT:-$HOME/.pyenv}
 deps=(opentelemetry-sdk opentelemetry-instrumentation wrapt "setuptools>=77")  # 77: project.license as SPDX
+versions=(3.9 3.10 3.11 3.12 3.13 3.13t)
+modules() {  # VERSION -> otel_gil's C parts built for it
+    case $1 in *t) echo _inprocess ;; *) echo _inprocess _fastspan ;; esac
+}
 pids=()
-for v in 3.9 3.10 3.11 3.12 3.13; do
+for v in "${versions[@]}"; do
     [ -x ".venv-matrix/$v/bin/python" ] && continue
-    py=$(ls -d "$root"/versions/"$v".*/bin/python"$v" 2>/dev/null | sort -V | tail -n 1)
+    case $v in
+        *t) py=$(scripts/freethreaded.sh "${v%t}") ;;
+        *) py=$(ls -d "$root"/versions/"$v".*/bin/python"$v" 2>/dev/null | sort -V | tail -n 1) ;;
+    esac
     [ -n "$py" ] || { echo "matrix-venvs.sh: no pyenv CPython $v under $root (pyenv install $v)" >&2; exit 1; }
     ( "$py" -m venv ".venv-matrix/$v.tmp" && ".venv-matrix/$v.tmp/bin/pip" install -q "${deps[@]}" \
         && rm -rf ".venv-matrix/$v" && mv ".venv-matrix/$v.tmp" ".venv-matrix/$v" ) &
@@ -19,18 +28,20 @@ done
 for pid in "${pids[@]}"; do wait "$pid"; done
 # Built since the last change to what the build reads, and still there: nothing to do.
 built() {
-    local stamp=".venv-matrix/$1/.built"
-    [ -e "$stamp" ] && compgen -G "otel_gil/_inprocess.cpython-${1/./}-*.so" >/dev/null \
-        && compgen -G "otel_gil/_fastspan.cpython-${1/./}-*.so" >/dev/null \
-        && [ -z "$(find setup.py pyproject.toml scripts/matrix-venvs.sh otel_gil -maxdepth 1 -newer "$stamp" \
+    local stamp=".venv-matrix/$1/.built" m
+    [ -e "$stamp" ] || return 1
+    for m in $(modules "$1"); do compgen -G "otel_gil/$m.cpython-${1/./}-*.so" >/dev/null || return 1; done
+    [ -z "$(find setup.py pyproject.toml scripts/matrix-venvs.sh otel_gil -maxdepth 1 -newer "$stamp" \
                    \( -name '*.[ch]' -o -name setup.py -o -name pyproject.toml -o -name matrix-venvs.sh \))" ]
 }
-for v in 3.9 3.10 3.11 3.12 3.13; do
+for v in "${versions[@]}"; do
     [ -x ".venv-matrix/$v/bin/python" ] || continue
     built "$v" && continue
     ".venv-matrix/$v/bin/python" -m pip install -q "setuptools>=77"  # venvs made before: 3.9-3.11 bundle an older one
     ".venv-matrix/$v/bin/python" setup.py -q build_ext --inplace >/dev/null 2>&1
-    ".venv-matrix/$v/bin/python" -c "import otel_gil._inprocess, otel_gil._fastspan" \
+    # (an import that turns a free-threaded build's GIL on warns: an error here)
+    ".venv-matrix/$v/bin/python" -W error::RuntimeWarning -c 'import importlib, sys
+for m in sys.argv[1:]: importlib.import_module("otel_gil." + m)' $(modules "$v") \
         || { echo "matrix-venvs.sh: otel_gil's C parts did not build for $v" >&2; exit 1; }
     touch ".venv-matrix/$v/.built"
 done

@@ -7,7 +7,8 @@ Usage (make wheels runs it with the tools of scripts/wheel-tools.txt on PATH, as
     scripts/wheels.py [--out dist]
 
 How: the sdist first, then each wheel built from it by `pip wheel` under a CPython of that
-version (pyenv's on this host, else sid's from scripts/rootfs.sh, in a chroot), with zig cc
+version (pyenv's on this host, a free-threaded one (3.13t) from scripts/freethreaded.sh, else
+sid's from scripts/rootfs.sh, in a chroot), with zig cc
 as compiler and linker for <machine>-linux-gnu.2.17 (glibc 2.17 symbol versions from zig's
 own stubs, whatever glibc builds them); aarch64 is cross-compiled, setuptools told the
 machine's extension suffix and platform tag. OTEL_GIL_REQUIRE_EXTENSIONS=1 makes a C part
@@ -51,7 +52,7 @@ TREE_PYCONFIG = "/tmp/otel-gil-pyconfig"
 
 @dataclass(frozen=True)
 class Target:
-    python: str  # "3.12"
+    python: str  # "3.12", "3.13t" (free-threaded)
     platform: str  # "manylinux_2_17_x86_64"
 
     @property
@@ -64,7 +65,12 @@ class Target:
 
     @property
     def tag(self) -> str:
+        """The ABI tag: cp313, cp313t."""
         return "cp" + self.python.replace(".", "")
+
+    @property
+    def free_threaded(self) -> bool:
+        return self.python.endswith("t")
 
     @property
     def ext_suffix(self) -> str:
@@ -74,7 +80,7 @@ class Target:
         """The file name auditwheel gives the repaired wheel."""
         legacy = LEGACY_ALIAS.get(self.policy)
         plat = f"{legacy}_{self.machine}.{self.platform}" if legacy else self.platform
-        return f"otel_gil-{version()}-{self.tag}-{self.tag}-{plat}.whl"
+        return f"otel_gil-{version()}-{self.tag.rstrip('t')}-{self.tag}-{plat}.whl"  # cp313-cp313t
 
 
 def targets() -> list[Target]:
@@ -118,8 +124,11 @@ def bpf_includes() -> dict[str, str]:
     return found
 
 
-# setup.py run against a stand-in setuptools that prints the names of its extension modules.
-_EXT_MODULES = """import sys, types
+# setup.py run against a stand-in setuptools that prints the names of its extension modules,
+# for a free-threaded build if argv[1] is 1.
+_EXT_MODULES = """import sys, sysconfig, types
+config_var = sysconfig.get_config_var
+sysconfig.get_config_var = lambda name: int(sys.argv[1]) if name == "Py_GIL_DISABLED" else config_var(name)
 class Extension:
     def __init__(self, name, *args, **kwargs):
         self.name = name
@@ -131,9 +140,11 @@ exec(open("setup.py").read())
 
 
 @functools.cache
-def extension_modules() -> list[str]:
-    """The extension modules setup.py declares (whatever it declares: its ``setup()`` call, intercepted)."""
-    done = subprocess.run([sys.executable, "-c", _EXT_MODULES], cwd=ROOT, capture_output=True, text=True, check=True)
+def extension_modules(free_threaded: bool = False) -> list[str]:
+    """The extension modules setup.py declares for a build with a GIL, or a free-threaded one
+    (whatever it declares: its ``setup()`` call, intercepted)."""
+    done = subprocess.run([sys.executable, "-c", _EXT_MODULES, str(int(free_threaded))], cwd=ROOT,
+                          capture_output=True, text=True, check=True)
     return done.stdout.split()
 
 
@@ -177,6 +188,16 @@ def pyenv_python(version: str) -> Path | None:
     return found[-1] if found else None
 
 
+def host_python(version: str) -> Path | None:
+    """This host's CPython ``version``: pyenv's, or scripts/freethreaded.sh's for a free-threaded ``3.Xt``."""
+    if not version.endswith("t"):
+        return pyenv_python(version)
+    done = subprocess.run([str(ROOT / "scripts" / "freethreaded.sh"), version[:-1]], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{done.stderr}\nwheels.py: scripts/freethreaded.sh {version[:-1]} failed")
+    return Path(done.stdout.split()[-1])
+
+
 def tree_path(name: str) -> Path:
     done = subprocess.run([str(ROOT / "scripts" / "rootfs.sh"), name], capture_output=True, text=True)
     if done.returncode != 0:
@@ -187,7 +208,7 @@ def tree_path(name: str) -> Path:
 def build_wheel(target: Target, sdist: Path, work: Path, tree: Path | None) -> Path:
     """``pip wheel`` of the sdist for this target, linux_<machine>-tagged, in ``work``."""
     log = work / "build.log"
-    python = pyenv_python(target.python)
+    python = host_python(target.python)
     if python is not None:
         env = {**os.environ, **compiler_env(target, str(zig_dir() / "zig"))}
         run([str(python), "-m", "pip", "wheel", "--no-deps", "-w", str(work / "wheel"), str(sdist)], log, env=env)
@@ -228,9 +249,9 @@ def readelf(*args: str) -> str:
     return subprocess.run(["readelf", "-W", *args], capture_output=True, text=True, check=True).stdout
 
 
-def check_wheel(path: Path, target: Target, modules: list[str]) -> list[str]:
+def check_wheel(path: Path, target: Target) -> list[str]:
     """What is wrong with a repaired wheel (the gates auditwheel lacks); empty if nothing."""
-    problems = []
+    problems, modules = [], extension_modules(target.free_threaded)
     with zipfile.ZipFile(path) as wheel, tempfile.TemporaryDirectory() as tmp:
         names = set(wheel.namelist())
         missing = sorted(f"{p}/{h}" for h, p in bpf_includes().items() if p == "otel_gil" and f"{p}/{h}" not in names)
@@ -297,18 +318,17 @@ def main() -> int:
     for old in out.glob("otel_gil[-_]*"):
         old.unlink()
     work = Path(tempfile.mkdtemp(prefix="otel-gil-wheels-"))
-    modules = extension_modules()
     sdist = build_sdist(out, work / "sdist.log")
     collector_problems = build_collector_wheel(out, work / "collector.log")
     todo = targets()
-    tree = tree_path(BUILD_TREE) if any(pyenv_python(t.python) is None for t in todo) else None
+    tree = tree_path(BUILD_TREE) if any(host_python(t.python) is None for t in todo) else None
 
     def one(target: Target) -> list[str]:
         where = work / f"{target.tag}-{target.machine}"
         where.mkdir()
         wheel = build_wheel(target, sdist, where, tree)
         repair(wheel, out, where / "build.log")
-        problems = check_wheel(out / target.wheel_name(), target, modules) if (out / target.wheel_name()).exists() \
+        problems = check_wheel(out / target.wheel_name(), target) if (out / target.wheel_name()).exists() \
             else [f"auditwheel wrote {sorted(p.name for p in out.glob(f'*{target.tag}*{target.machine}*'))}"]
         print(f"wheels.py: {target.wheel_name()}: {'; '.join(problems) or 'ok'}", file=sys.stderr)
         return problems

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import shutil
@@ -63,6 +64,37 @@ def interpreters() -> dict[str, Runner]:
     site = sysconfig.get_paths()["purelib"]  # the main venv: Python 3.11, like Debian's
     runners["debian-3.11"] = Runner("/usr/bin/python3.11", env={"PYTHONPATH": f"{ROOT}:{site}"})
     return runners
+
+
+# Free-threaded builds (configure --disable-gil) of scripts/freethreaded.sh, in .venv-matrix/ too.
+FREE_THREADED = ("3.13t",)
+FREE_THREADED_WORKLOAD = ROOT / "tests" / "workloads" / "free_threaded.py"
+_FREE_THREADED_STEPS = ("import", "instrument", "spans", "metrics", "check", "uninstrument")
+
+
+def free_threaded_interpreters() -> dict[str, Runner]:
+    """The free-threaded builds ``make matrix`` makes (scripts/freethreaded.sh), by name."""
+    return {f"cpython-{v}": Runner(str(ROOT / ".venv-matrix" / v / "bin" / "python")) for v in FREE_THREADED}
+
+
+def check_free_threaded(done: subprocess.CompletedProcess) -> dict:
+    """A run of FREE_THREADED_WORKLOAD under ``-W error::RuntimeWarning``: the GIL off after every
+    step, a thread never stopped while another held what a GIL would be (the ground truth),
+    spans with ``gil.status=gil_disabled`` and no GIL figure, no GIL metric, ``otel-gil check``
+    saying why it has none. Its report."""
+    assert done.returncode == 0 and "RuntimeWarning" not in done.stderr, done.stderr
+    report = json.loads(done.stdout)
+    assert report["gil_enabled"] == dict.fromkeys(_FREE_THREADED_STEPS, False), report["gil_enabled"]
+    truth = report["truth"]
+    assert truth["longest_pause_ns"] < truth["hold_ns"] / 2, truth
+    names, requests = collections.Counter(s["name"] for s in report["spans"]), truth["requests"]
+    assert names == {"counter": 1, "holder": 1, "request": requests, "child": requests}, names
+    for span_ in report["spans"]:
+        gil = {k: v for k, v in span_["attributes"].items() if k.startswith("gil.")}
+        assert gil == {"gil.status": "gil_disabled"}, span_
+    assert not any(name.startswith("gil.") or ".gil." in name for name in report["metrics"]), report["metrics"]
+    assert report["check"] == 1 and "(gil_disabled)" in done.stderr, done.stderr
+    return report
 
 
 def rootfs_interpreters() -> list[tuple[str, str, str]]:

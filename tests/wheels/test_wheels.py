@@ -9,17 +9,22 @@ imported from that venv.
 - x86_64, in Debian trees with no compiler and no Python.h (scripts/rootfs.sh), as nobody:
   bullseye's 3.9 (glibc 2.31) and sid's 3.13, 3.14, 3.15; ground truth within 5 %;
 - aarch64, in sid's arm64 tree under qemu-user-static, as nobody: 3.13, 3.14, 3.15 install
-  (the three at once), the hooks install, and the hog's hold is seen within 10 %.
+  (the three at once), the hooks install, and the hog's hold is seen within 10 %;
+- free-threaded x86_64 (3.13t, scripts/freethreaded.sh's): the GIL stays off throughout
+  (helpers.check_free_threaded) and opentelemetry-instrument exports over OTLP/HTTP.
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.server
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import zipfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -27,8 +32,9 @@ from typing import Iterator
 
 import pytest
 
-from helpers import (DIST, MATRIX, NOBODY, ROOT, SCENARIOS, built_wheel, check_functions, check_hog_ground_truth,
-                     check_tasks_ground_truth, report_during_bursts, span, start_target, wheels, within)
+from helpers import (DIST, FREE_THREADED, FREE_THREADED_WORKLOAD, MATRIX, NOBODY, ROOT, SCENARIOS, built_wheel,
+                     check_free_threaded, check_functions, check_hog_ground_truth, check_tasks_ground_truth,
+                     report_during_bursts, span, start_target, wheels, within)
 
 # Debian trees with no compiler (scripts/rootfs.sh NAME): the machine and the CPythons tested in each.
 TREES = {
@@ -241,9 +247,73 @@ def test_aarch64_wheel_under_qemu(tree, version, aarch64_venvs):
     assert within(hog["gil.hold_ms"], truth_ms, rel=0.10), (hog, truth_ms)
 
 
+@contextlib.contextmanager
+def otlp_http_receiver() -> Iterator[tuple[str, list[bytes]]]:
+    """An OTLP/HTTP endpoint on loopback (its URL) and the trace export bodies it was sent."""
+    bodies: list[bytes] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            if self.path == "/v1/traces":
+                bodies.append(body)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", bodies
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("version", FREE_THREADED)
+def test_free_threaded_wheel(version, place):
+    """The cp3Xt wheel as a user of that build gets it: a fresh venv with every dependency a
+    wheel (no grpcio, which has none for it: the OTLP exporter over HTTP instead), otel_gil and
+    its C part from the venv, the GIL off throughout; and under opentelemetry-instrument with the
+    distro (OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf, README), spans exported saying gil_disabled."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    where = place(None)
+    wheel = built_wheel(version, "x86_64")
+    names = {re.split(r"[^A-Za-z0-9._-]", r, maxsplit=1)[0] for r in requirements(wheel)}
+    assert not names & {"grpcio", "opentelemetry-exporter-otlp", "opentelemetry-exporter-otlp-proto-grpc"}, names
+    venv = install(where, str(wheels.host_python(version)), wheel)
+    shutil.copy2(FREE_THREADED_WORKLOAD, where.host_dir / FREE_THREADED_WORKLOAD.name)
+    report = check_free_threaded(where.run(f"{venv}/bin/python", "-W", "error::RuntimeWarning",
+                                           f"{where.dir}/{FREE_THREADED_WORKLOAD.name}", "/nonexistent/otel-gil.sock",
+                                           env={"OTEL_GIL_BACKEND": "inprocess"}))
+    site = f"{venv}/lib/python{version}/site-packages/otel_gil/"
+    suffix = next(t.ext_suffix for t in wheels.targets() if t.wheel_name() == wheel.name)
+    assert sorted(m for m, f in report["modules"].items() if f.endswith(suffix)) == wheels.extension_modules(True)
+    assert all(f.startswith(site) for f in report["modules"].values()), report["modules"]
+
+    where.run(f"{venv}/bin/pip", "download", "-q", "--only-binary", ":all:", "-d", where.wheelhouse, "opentelemetry-distro")
+    where.run(f"{venv}/bin/pip", "install", "-q", "--no-index", "--only-binary", ":all:", "--find-links",
+              where.wheelhouse, "opentelemetry-distro")
+    app = "from opentelemetry import trace\nwith trace.get_tracer('app').start_as_current_span('request'): pass\n"
+    with otlp_http_receiver() as (endpoint, bodies):
+        where.run(f"{venv}/bin/opentelemetry-instrument", f"{venv}/bin/python", "-W", "error::RuntimeWarning", "-c", app,
+                  env={"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+                       "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none", "OTEL_GIL_BACKEND": "inprocess"})
+    spans = [s for body in bodies for r in ExportTraceServiceRequest.FromString(body).resource_spans
+             for scope in r.scope_spans for s in scope.spans]
+    assert [s.name for s in spans] == ["request"], spans
+    assert {a.key: a.value.string_value for a in spans[0].attributes if a.key.startswith("gil.")} \
+        == {"gil.status": "gil_disabled"}, spans[0].attributes
+
+
 def test_every_x86_64_wheel_is_tested():
     """Each x86_64 wheel make wheels builds is installed by a test above (aarch64: see the README)."""
-    tested = set(MATRIX) | {v for machine, vs in TREES.values() if machine == "x86_64" for v in vs}
+    tested = set(MATRIX) | set(FREE_THREADED) | {v for machine, vs in TREES.values() if machine == "x86_64" for v in vs}
     built = {t.python for t in wheels.targets() if t.machine == "x86_64"}
     assert built <= tested, built - tested
 
