@@ -1,0 +1,73 @@
+"""A free-threaded build (3.13t) whose GIL is on, on both backends: from the start
+(``PYTHON_GIL=1``), the ground truth of default builds, code locations included; turned on
+mid-run by an import in a request handler (a real HTTP server), spans in flight across it
+say so and name the module, and spans after it carry exact figures."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, Runner, check_hog_ground_truth, free_threaded_interpreters, run_scenario, span, within
+
+LEGACY = "legacy_ext"  # declares nothing about the GIL: importing it turns a free-threaded build's GIL on
+_LEGACY_C = """#include <Python.h>
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "%s", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit_%s(void) { return PyModule_Create(&def); }
+""" % (LEGACY, LEGACY)
+
+
+@pytest.fixture(scope="module", params=sorted(free_threaded_interpreters()))
+def free_threaded(request) -> Runner:
+    runner = free_threaded_interpreters()[request.param]
+    if not Path(runner.python).exists():
+        pytest.fail(f"{runner.python} is missing: run 'make matrix' (or 'make test') first")
+    return runner
+
+
+@pytest.fixture(scope="module")
+def legacy_dir(free_threaded, tmp_path_factory) -> Path:
+    """A directory holding LEGACY, compiled for the free-threaded build with cc."""
+    where = tmp_path_factory.mktemp("legacy")
+    include, suffix = subprocess.run(
+        [free_threaded.python, "-c", "import sysconfig; print(sysconfig.get_paths()['include'], "
+         "sysconfig.get_config_var('EXT_SUFFIX'))"], capture_output=True, text=True, check=True).stdout.split()
+    (where / f"{LEGACY}.c").write_text(_LEGACY_C)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-Wall", "-Werror", f"-I{include}", "-o",
+                    str(where / f"{LEGACY}{suffix}"), str(where / f"{LEGACY}.c")], check=True)
+    return where
+
+
+def test_gil_on_from_the_start(collector, backend, free_threaded):
+    """PYTHON_GIL=1: the hog's hold, the victim's wait, blame and the blocker's code, exact."""
+    runner = Runner(free_threaded.python, env={**free_threaded.env, "PYTHON_GIL": "1"})
+    report = run_scenario("hog", collector.address, "--bursts", "5", "--burst-ms", "100", runner=runner, backend=backend)
+    assert report["backend"] == backend
+    check_hog_ground_truth(report)
+
+
+def test_an_import_in_a_request_turns_the_gil_on(collector, backend, free_threaded, legacy_dir):
+    runner = Runner(free_threaded.python, env={"PYTHONPATH": f"{ROOT}:{legacy_dir}"})
+    report = run_scenario("turned_on", collector.address, "--legacy", LEGACY, "--bursts", "5", "--burst-ms", "100",
+                          runner=runner, backend=backend)
+    truth = report["truth"]
+    assert (truth["gil_at_start"], truth["gil_after_import"]) == (False, True), report["stderr"]
+    assert report["backend"] == backend
+    assert span(report, "before")["attributes"]["gil.status"] == "gil_disabled"
+    # In flight across the import, on its thread and on another: a status and the module, no figure.
+    for name in ("GET /import", "in flight"):
+        crossed = span(report, name)
+        gil = {k: v for k, v in crossed["attributes"].items() if k.startswith("gil.")}
+        assert gil == {"gil.status": "gil_turned_on"}, crossed
+        [event] = crossed["events"]
+        assert (event["name"], event["attributes"]) == ("gil.enabled", {"gil.enabled_by": LEGACY}), crossed
+        assert truth["import_started_ns"] <= event["timestamp"] <= truth["import_ended_ns"], (event, truth)
+    said = [line for line in report["stderr"].splitlines() if f"importing {LEGACY} (" in line]
+    assert len(said) == 1 and "turned the GIL of this free-threaded build on" in said[0], report["stderr"]
+    assert truth["gauge"] == {"start": [], "after": [[1, {"gil.enabled_by": LEGACY}]]}, truth["gauge"]
+    # After it: a request's PyDLL hold, and the hog scenario's ground truth.
+    held = span(report, "GET /hold")["attributes"]
+    assert "gil.status" not in held and within(held["gil.hold_ms"], truth["request_hold_ns"] / 1e6), held
+    check_hog_ground_truth(report)
