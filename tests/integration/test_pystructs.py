@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from helpers import matrix_names
+from helpers import free_threaded_interpreters, matrix_names
 from otel_gil import pystructs
 
 # offsetof() of every field of a row, compiled against the interpreter's own headers.
@@ -123,12 +123,13 @@ gcc -w -x c -I"$include" -I"$include/internal" -o "$out" -
 "$out"
 rm -f "$out"
 """
-BUILDS = [name for name in matrix_names() if not name.endswith("-container")]  # containers share the files
+FREE_THREADED = free_threaded_interpreters()
+BUILDS = [name for name in matrix_names() if not name.endswith("-container")] + sorted(FREE_THREADED)  # containers share the files
 
 
 @pytest.mark.parametrize("name", BUILDS)
 def test_the_row_matches_the_headers(matrix_runner, name):
-    runner = matrix_runner(name)
+    runner = FREE_THREADED.get(name) or matrix_runner(name)
     done = subprocess.run([*runner.prefix, "sh", "-c", _COMPILE, runner.python], input=_STRUCTS_C,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"compiling against {name}'s headers failed (python3.X-dev?):\n{done.stderr}"
