@@ -41,10 +41,12 @@ def legacy_dir(free_threaded, tmp_path_factory) -> Path:
 
 
 def test_gil_on_from_the_start(collector, backend, free_threaded):
-    """PYTHON_GIL=1: the hog's hold, the victim's wait, blame and the blocker's code, exact."""
+    """PYTHON_GIL=1: the hog's hold, the victim's wait, blame and the blocker's code, exact; the
+    gil.enabled gauge says the GIL is on, and names no module."""
     runner = Runner(free_threaded.python, env={**free_threaded.env, "PYTHON_GIL": "1"})
     report = run_scenario("hog", collector.address, "--bursts", "5", "--burst-ms", "100", runner=runner, backend=backend)
     assert report["backend"] == backend
+    assert report["truth"]["metrics_alive"]["gil.enabled"] == {"": 1}
     check_hog_ground_truth(report)
 
 
