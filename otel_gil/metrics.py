@@ -7,7 +7,8 @@ Instruments (OpenTelemetry names; Prometheus sees ``gil_wait_time_seconds_total`
 ``http.route`` as a cumulative histogram in Prometheus' classic shape:
 ``gil.wait_ratio.bucket`` (attribute ``le``), ``gil.wait_ratio.count`` and ``gil.wait_ratio.sum``;
 ``gil.location.misses``, logged holds whose code location was not read (attribute ``reason``,
-a handful of values). No metric carries code locations: those are on spans.
+a handful of values); on a free-threaded build, the gauge ``gil.enabled`` once its GIL is on
+(``free_threading``). No metric carries code locations: those are on spans.
 The SDK's synchronous ``Histogram.record`` costs 8-16 µs, most of a span's own cost:
 :class:`WaitRatios` counts into buckets itself (well under a µs) and the counters are read at collection.
 The process's share of wall time waiting (can exceed 1, one thread each) is
