@@ -13,10 +13,23 @@ import pytest
 from helpers import ROOT, Runner, check_hog_ground_truth, free_threaded_interpreters, run_scenario, span, within
 
 LEGACY = "legacy_ext"  # declares nothing about the GIL: importing it turns a free-threaded build's GIL on
-_LEGACY_C = """#include <Python.h>
-static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "%s", NULL, -1, NULL};
-PyMODINIT_FUNC PyInit_%s(void) { return PyModule_Create(&def); }
-""" % (LEGACY, LEGACY)
+SLOW = ("slow_ext_300", "slow_ext_600")  # declare they need no GIL; their inits sleep 300 and 600 ms
+_EXTENSION_C = """#include <Python.h>
+#include <unistd.h>
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "%(name)s", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit_%(name)s(void)
+{
+    PyObject *m = PyModule_Create(&def);
+    if (m != NULL && %(sleep_ms)d) {
+        if (PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED) < 0)
+            return NULL;
+        Py_BEGIN_ALLOW_THREADS  /* with the GIL CPython turned on to run this init */
+        usleep(%(sleep_ms)d * 1000);
+        Py_END_ALLOW_THREADS
+    }
+    return m;
+}
+"""
 
 
 @pytest.fixture(scope="module", params=sorted(free_threaded_interpreters()))
@@ -29,14 +42,15 @@ def free_threaded(request) -> Runner:
 
 @pytest.fixture(scope="module")
 def legacy_dir(free_threaded, tmp_path_factory) -> Path:
-    """A directory holding LEGACY, compiled for the free-threaded build with cc."""
+    """A directory holding LEGACY and SLOW, compiled for the free-threaded build with cc."""
     where = tmp_path_factory.mktemp("legacy")
     include, suffix = subprocess.run(
         [free_threaded.python, "-c", "import sysconfig; print(sysconfig.get_paths()['include'], "
          "sysconfig.get_config_var('EXT_SUFFIX'))"], capture_output=True, text=True, check=True).stdout.split()
-    (where / f"{LEGACY}.c").write_text(_LEGACY_C)
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-Wall", "-Werror", f"-I{include}", "-o",
-                    str(where / f"{LEGACY}{suffix}"), str(where / f"{LEGACY}.c")], check=True)
+    for name, sleep_ms in ((LEGACY, 0), *((name, int(name.rsplit("_", 1)[1])) for name in SLOW)):
+        (where / f"{name}.c").write_text(_EXTENSION_C % {"name": name, "sleep_ms": sleep_ms})
+        subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-Wall", "-Werror", f"-I{include}", "-o",
+                        str(where / f"{name}{suffix}"), str(where / f"{name}.c")], check=True)
     return where
 
 
@@ -73,3 +87,19 @@ def test_an_import_in_a_request_turns_the_gil_on(collector, backend, free_thread
     held = span(report, "GET /hold")["attributes"]
     assert "gil.status" not in held and within(held["gil.hold_ms"], truth["request_hold_ns"] / 1e6), held
     check_hog_ground_truth(report)
+
+
+def test_another_imports_gil_is_not_taken_for_good(free_threaded, legacy_dir):
+    """CPython turns the GIL on for each single-phase module's init and off after it: an import
+    that ends while another thread's init still has it on (``sys._is_gil_enabled()`` true then)
+    did not turn it on for good, which the GIL's own count (through ``_Py_DebugOffsets``) says.
+    No backend starts, nothing is logged, spans say ``gil_disabled``. (No collector: nothing
+    registers.)"""
+    runner = Runner(free_threaded.python, env={"PYTHONPATH": f"{ROOT}:{legacy_dir}"})
+    report = run_scenario("transient", "/nonexistent", "--legacy", ",".join(SLOW), runner=runner, backend="auto")
+    truth = report["truth"]
+    first, second = SLOW
+    assert (truth[f"gil_after_{first}"], truth[f"gil_after_{second}"], truth["gil_at_end"]) == (True, False, False)
+    assert "otel-gil: importing" not in report["stderr"], report["stderr"]
+    for name in SLOW:
+        assert span(report, f"import {name}")["attributes"]["gil.status"] == "gil_disabled"

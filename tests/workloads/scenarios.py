@@ -609,6 +609,30 @@ def turned_on(tracer, args) -> dict:
     return truth
 
 
+def transient(tracer, args) -> dict:
+    """Two imports of modules that declare Py_mod_gil (``args.legacy``: their names, comma-separated)
+    whose inits let the GIL go and sleep, the second started while the first runs: CPython turns
+    the GIL on for each init and off after it, so the first import ends while the second still
+    has it on. Nothing turned it on for good: otel-gil must not start measuring."""
+    first, second = args.legacy.split(",")
+    truth: dict = {}
+
+    def load(name: str) -> None:
+        with tracer.start_as_current_span(f"import {name}"):
+            __import__(name)
+        truth[f"gil_after_{name}"] = sys._is_gil_enabled()
+
+    threads = [threading.Thread(target=load, args=(first,))]
+    threads[0].start()
+    time.sleep(0.1)
+    threads.append(threading.Thread(target=load, args=(second,)))
+    threads[1].start()
+    for t in threads:
+        t.join()
+    truth["gil_at_end"] = sys._is_gil_enabled()
+    return truth
+
+
 def _gil_gauge() -> list:
     """The gil.enabled gauge's points now: [value, attributes]."""
     data = _metric_reader.get_metrics_data()
@@ -629,7 +653,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("scenario",
                         choices=["hog", "convoy", "requests", "switches", "syscalls", "churn", "service", "cfork",
-                                 "tasks", "short", "turned_on"])
+                                 "tasks", "short", "turned_on", "transient"])
     parser.add_argument("socket")
     parser.add_argument("--bursts", type=int, default=10)
     parser.add_argument("--burst-ms", type=int, default=50)
@@ -646,7 +670,8 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=20, help="tasks: requests at once")
     parser.add_argument("--reuse-tid", action="store_true",
                         help="short: the hog's tid to a later thread (root, in a pid namespace of its own)")
-    parser.add_argument("--legacy", help="turned_on: the module to import (an extension without Py_mod_gil)")
+    parser.add_argument("--legacy", help="turned_on: the module to import (an extension without Py_mod_gil); "
+                        "transient: two, comma-separated")
     parser.add_argument("--auto", action="store_true",
                         help="run under opentelemetry-instrument: instrument by hand, after it, what "
                              "$OTEL_PYTHON_DISABLED_INSTRUMENTATIONS left out (gil, threading)")
@@ -672,7 +697,8 @@ def main() -> None:
     tracer = provider.get_tracer("scenarios")
     scenarios = {"hog": hog_and_victim, "convoy": convoy, "requests": requests, "switches": switches,
                  "syscalls": syscalls, "churn": churn, "service": service, "cfork": cfork, "tasks": tasks,
-                 "short": short_blocker, "turned_on": turned_on}
+                 "short": short_blocker, "turned_on": turned_on,
+                 "transient": transient}
     source = GilInstrumentor._backend  # (the short scenario may uninstrument)
     truth = scenarios[args.scenario](tracer, args)
     spans = finished_spans()
