@@ -38,23 +38,31 @@ def gil_on_for_good() -> bool:
     """The GIL is on and stays on. ``sys._is_gil_enabled()`` is also true while an import of
     another thread turned it on for a while (CPython does, to run a module's init), so where
     this CPython's ``_Py_DebugOffsets`` say where, the GIL's own ``enabled`` count is read:
-    INT_MAX once it is on for good."""
+    INT_MAX once it is on for good. Where they do not, on is taken for good (README,
+    "Free-threaded builds: when the GIL comes back")."""
     if not gil_enabled():
         return False
+    count = _enabled_count()
+    return count is None or count == _FOR_GOOD
+
+
+def _enabled_count() -> Optional[int]:
+    """``struct _gil_runtime_state.enabled`` of the main interpreter, None where it cannot be found."""
     positions = pystructs.GIL_ENABLED_DEBUG.get(sys.version_info[:2])
-    if positions is None:
-        return True  # no row: taken for good (README, "Free-threaded builds")
-    runtime = ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, "_PyRuntime"))
+    try:
+        runtime = ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, "_PyRuntime"))
+    except ValueError:  # not exported
+        return None
 
     def u64(address: int) -> int:
         return ctypes.c_uint64.from_address(address).value
 
-    if ctypes.string_at(runtime, len(pystructs.DEBUG_COOKIE)) != pystructs.DEBUG_COOKIE or \
+    if positions is None or ctypes.string_at(runtime, len(pystructs.DEBUG_COOKIE)) != pystructs.DEBUG_COOKIE or \
             not u64(runtime + pystructs.DEBUG_FREE_THREADED):
-        return True
+        return None
     interpreters_head, ceval_gil, enabled = (u64(runtime + position) for position in positions)
     gil = u64(u64(runtime + interpreters_head) + ceval_gil)
-    return ctypes.c_int.from_address(gil + enabled).value == _FOR_GOOD
+    return ctypes.c_int.from_address(gil + enabled).value
 
 
 class TurnedOn(NamedTuple):
