@@ -39,7 +39,7 @@ def gil_on_for_good() -> bool:
     another thread turned it on for a while (CPython does, to run a module's init), so where
     this CPython's ``_Py_DebugOffsets`` say where, the GIL's own ``enabled`` count is read:
     INT_MAX once it is on for good. Where they do not, on is taken for good (README,
-    "Free-threaded builds: when the GIL comes back")."""
+    "Free-threaded builds", "When the GIL comes back")."""
     if not gil_enabled():
         return False
     count = _enabled_count()
