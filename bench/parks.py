@@ -6,7 +6,10 @@ that keeps something for ``--hold-ms`` (a ``ctypes.PyDLL`` usleep: the holder st
 a ``threading.Lock``, a list's critical section (``list.sort`` calling a key function), a
 stop-the-world (``gc.collect()``) and a ``Thread.join``. Every ``sem_wait``/``sem_clockwait``/
 ``sem_timedwait`` call of the child, the calls CPython parks a thread with on glibc, is timed
-(a uprobe and a uretprobe: a study, not the collector's way) with the function that made it.
+(a uprobe and a uretprobe: a study, not the collector's way) with the function that made it, and
+every ``_PyParkingLot_Park`` call (libpython's, exported) gives the address parked on: the lock
+object's ``PyMutex`` (32 bytes into it on a free-threaded build), the list's ``ob_mutex`` (10
+bytes in), or another.
 
     sudo .venv/bin/python bench/parks.py --python .venv-matrix/3.13t/bin/python
 """
@@ -28,8 +31,19 @@ _BPF = r"""
 #include <uapi/linux/ptrace.h>
 struct start { u64 ns; u64 caller; };
 struct park { u32 tid; u64 caller; u64 start_ns; u64 ns; };
+struct address { u32 tid; u64 address; u64 ns; };
 BPF_HASH(starts, u32, struct start);  /* tid -> its sem_* call in progress */
 BPF_PERF_OUTPUT(parks);               /* each call, timed */
+BPF_PERF_OUTPUT(addresses);           /* each _PyParkingLot_Park: what it parks on */
+
+int park(struct pt_regs *ctx)
+{
+    if (bpf_get_current_pid_tgid() >> 32 != PID)
+        return 0;
+    struct address a = {(u32)bpf_get_current_pid_tgid(), PT_REGS_PARM1(ctx), bpf_ktime_get_ns()};
+    addresses.perf_submit(ctx, &a, sizeof(a));
+    return 0;
+}
 
 int enter(struct pt_regs *ctx)
 {
@@ -97,7 +111,7 @@ _WORKLOAD = textwrap.dedent("""
     t0 = time.monotonic_ns()
     t.join()
     waits.append(["Thread.join", t0, time.monotonic_ns()])
-    print(json.dumps({"gil": sys._is_gil_enabled(), "waits": waits}), flush=True)
+    print(json.dumps({"gil": sys._is_gil_enabled(), "waits": waits, "lock": id(lock), "list": id(shared)}), flush=True)
 """)
 
 
@@ -114,8 +128,10 @@ def main() -> None:
     for name in ("sem_wait", "sem_clockwait", "sem_timedwait"):
         bpf.attach_uprobe(name=args.libc, sym=name, fn_name="enter", pid=child.pid)
         bpf.attach_uretprobe(name=args.libc, sym=name, fn_name="leave", pid=child.pid)
-    parks = []
+    bpf.attach_uprobe(name=_libpython(child.pid), sym="_PyParkingLot_Park", fn_name="park", pid=child.pid)
+    parks, addresses = [], []
     bpf["parks"].open_perf_buffer(lambda cpu, data, size: parks.append(bpf["parks"].event(data)))
+    bpf["addresses"].open_perf_buffer(lambda cpu, data, size: addresses.append(bpf["addresses"].event(data)))
     child.stdin.write("go\n")
     child.stdin.flush()
     report = json.loads(child.stdout.readline())
@@ -128,13 +144,22 @@ def main() -> None:
     except Exception:  # bcc also looks for tracefs, absent here; the perf uprobes went with their fds
         pass
     print(f"GIL on: {report['gil']}; hold {args.hold_ms} ms each")
-    print("| wait (its truth) | waited, ms | parks | parked, ms | called from |")
-    print("|---|---|---|---|---|")
+    known = {report["lock"] + 32: "the lock's PyMutex", report["list"] + 10: "the list's ob_mutex"}
+    print("| wait (its truth) | waited, ms | parks | parked, ms | called from | parked on |")
+    print("|---|---|---|---|---|---|")
     for kind, t0, t1 in report["waits"]:  # CLOCK_MONOTONIC, as bpf_ktime_get_ns
         inside = [p for p in parks if t0 <= p.start_ns and p.start_ns + p.ns <= t1]
         by = collections.Counter(callers[p.caller] for p in inside)
+        on = collections.Counter(known.get(a.address, "another address") for a in addresses if t0 <= a.ns <= t1)
         print(f"| {kind} | {(t1 - t0) / 1e6:.1f} | {len(inside)} | {sum(p.ns for p in inside) / 1e6:.1f} | "
-              f"{', '.join(f'{name} ({n})' for name, n in by.items())} |")
+              f"{', '.join(f'{name} ({n})' for name, n in by.items())} | "
+              f"{', '.join(f'{name} ({n})' for name, n in on.items())} |")
+
+
+def _libpython(pid: int) -> str:
+    """The libpython ``pid`` mapped (where ``_PyParkingLot_Park`` is)."""
+    with open(f"/proc/{pid}/maps") as maps:
+        return next(line.split()[-1] for line in maps if "/libpython3" in line)
 
 
 if __name__ == "__main__":
