@@ -104,7 +104,8 @@ def _layout_problem(layout: ringlib.PyLayout) -> Optional[str]:
     free_threaded = free_threading.free_threaded()
     structs = pystructs.for_version(sys.version_info[:2], free_threaded)
     if structs is None or not layout.minor:
-        return f"no struct offsets for {pystructs.build_name(sys.version_info[:2], free_threaded)} (otel_gil/pystructs.py)"
+        build = pystructs.build_name(sys.version_info[:2], free_threaded)
+        return f"no struct offsets for {build} (otel_gil/pystructs.py)"
     if hasattr(sys, "gettotalrefcount"):
         return "a debug build (its objects are laid out otherwise)"
     if structs.debug:

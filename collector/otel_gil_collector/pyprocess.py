@@ -104,4 +104,5 @@ def py_layout(pid: int, maps: Sequence, mapped_path: str, info: elf.ElfInfo) -> 
                 return ringlib.PyLayout(), disagreement
     except Unreadable as exc:
         return ringlib.PyLayout(), str(exc)
-    return pystructs.py_layout(build[0], *(base + info.data[name].address for name in _TYPES), free_threaded=build[1]), ""
+    types = (base + info.data[name].address for name in _TYPES)
+    return pystructs.py_layout(build[0], *types, free_threaded=build[1]), ""

@@ -124,7 +124,8 @@ gcc -w -x c -I"$include" -I"$include/internal" -o "$out" -
 rm -f "$out"
 """
 FREE_THREADED = free_threaded_interpreters()
-BUILDS = [name for name in matrix_names() if not name.endswith("-container")] + sorted(FREE_THREADED)  # containers share the files
+# Each build once (containers share their tree's files), the free-threaded ones too.
+BUILDS = [name for name in matrix_names() if not name.endswith("-container")] + sorted(FREE_THREADED)
 
 
 @pytest.mark.parametrize("name", BUILDS)
