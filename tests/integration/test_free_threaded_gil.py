@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, Runner, check_hog_ground_truth, free_threaded_interpreters, run_scenario, span, within
+from helpers import (ROOT, Runner, check_hog_ground_truth, check_releases_counted, free_threaded_interpreters, run_scenario,
+                     span, within)
 
 LEGACY = "legacy_ext"  # declares nothing about the GIL: importing it turns a free-threaded build's GIL on
 SLOW = ("slow_ext_300", "slow_ext_600")  # declare they need no GIL; their inits sleep 300 and 600 ms
@@ -62,6 +63,13 @@ def test_gil_on_from_the_start(collector, backend, free_threaded):
     assert report["backend"] == backend
     assert report["truth"]["metrics_alive"]["gil.enabled"] == {"": 1}
     check_hog_ground_truth(report)
+
+
+def test_every_release_is_counted_with_the_gil_on_from_the_start(collector, backend, free_threaded):
+    """PYTHON_GIL=1: os.stat/os.read release and retake the GIL, each counted, holds as measured."""
+    runner = Runner(free_threaded.python, env={**free_threaded.env, "PYTHON_GIL": "1"})
+    check_releases_counted(run_scenario("syscalls", collector.address, "--iterations", "500", runner=runner,
+                                        backend=backend))
 
 
 def test_an_import_in_a_request_turns_the_gil_on(collector, backend, free_threaded, legacy_dir):
