@@ -12,7 +12,8 @@ import logging
 import os
 from typing import Optional, Protocol, Union
 
-from otel_gil.client import Registration, State
+from otel_gil import free_threading
+from otel_gil.client import Registration, State, gil_enabled
 from otel_gil.environment_variables import OTEL_GIL_BACKEND
 from otel_gil.inprocess import InProcess
 from otel_gil.semconv import PENDING, REGISTERED
@@ -44,9 +45,13 @@ def requested(kind: Optional[str] = None) -> str:
     return kind
 
 
-def start(kind: Optional[str], socket_path: Optional[str], long_wait_ns: int, timeout_s: float) -> Union[Registration, InProcess]:
-    """Start the backend ``kind`` (see :func:`requested`) and return it, figures flowing or status set."""
+def start(kind: Optional[str], socket_path: Optional[str], long_wait_ns: int,
+          timeout_s: float) -> Union[Registration, InProcess, free_threading.UntilGilOn]:
+    """Start the backend ``kind`` (see :func:`requested`) and return it, figures flowing or status set
+    (on a free-threaded build without its GIL: when an import turns it on, see ``free_threading``)."""
     kind = requested(kind)
+    if not gil_enabled():
+        return free_threading.UntilGilOn(kind, lambda: start(kind, socket_path, long_wait_ns, timeout_s))
     if kind != INPROCESS:
         registration = Registration(socket_path, long_wait_ns)
         registration.quiet = kind == AUTO

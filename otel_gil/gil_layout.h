@@ -112,8 +112,6 @@ struct gil_location {
 	struct gil_frame frames[GIL_LOC_FRAMES];
 };
 
-#define GIL_OB_TYPE 8 /* PyObject.ob_type, in every release build */
-
 /* Where the interpreter keeps what a location is read from, for this process's CPython
  * (otel_gil/pystructs.py has the table; whoever creates the ring fills this in). Offsets
  * are from the start of the struct named; -1: the field does not exist in this version. */
@@ -146,7 +144,7 @@ struct gil_py_layout {
 	__s32 str_state;         /* PyASCIIObject.state: kind (bits 2-4), compact (5), ascii (6) */
 	__s32 str_ascii_data;    /* sizeof(PyASCIIObject): a compact ASCII string's characters */
 	__s32 str_compact_data;  /* sizeof(PyCompactUnicodeObject): other compact strings' */
-	__u32 reserved2;         /* 0 */
+	__s32 ob_type;           /* PyObject.ob_type: 8, 24 on a free-threaded build (its header has more) */
 	__u64 code_type;         /* &PyCode_Type, &PyUnicode_Type, &PyBytes_Type in this process */
 	__u64 str_type;
 	__u64 bytes_type;

@@ -58,7 +58,7 @@ GIL_INLINE int gil_copy_str(const struct gil_py_layout *py, __u64 obj, char *dst
 			    __u8 *kind_out, __u32 *len_out)
 {
 	int failed = 0;
-	if (!obj || gil_read_u64(obj + GIL_OB_TYPE, &failed) != py->str_type)
+	if (!obj || gil_read_u64(obj + py->ob_type, &failed) != py->str_type)
 		return failed ? GIL_LOC_UNREADABLE : GIL_LOC_NOT_STR;
 	__u32 state = gil_read_u32(obj + py->str_state, &failed);
 	__u64 length = gil_read_u64(obj + py->str_length, &failed);
@@ -149,7 +149,7 @@ GIL_INLINE void gil_locate(struct gil_header *h, struct gil_location *loc, __u64
 			break;
 		if (py->skip_owner && owned_by >= py->skip_owner)
 			continue; /* the interpreter's own frame: a C call's, an entry frame */
-		if (!code || gil_read_u64(code + GIL_OB_TYPE, &failed) != py->code_type) {
+		if (!code || gil_read_u64(code + py->ob_type, &failed) != py->code_type) {
 			if (!failed)
 				*why |= 1U << GIL_LOC_NOT_CODE;
 			break;

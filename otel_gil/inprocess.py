@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Optional
 
-from otel_gil import pystructs
+from otel_gil import free_threading, pystructs
 from otel_gil import ring as ringlib
 from otel_gil.client import RingState, gil_enabled
 from otel_gil.semconv import GIL_DISABLED, PENDING, REGISTERED, UNSUPPORTED_INTERPRETER, UNSUPPORTED_VERSION
@@ -63,7 +63,7 @@ class InProcess(RingState):
             return self._fail(UNSUPPORTED_INTERPRETER, f"{exc}; the collector may trace it (OTEL_GIL_BACKEND=collector)")
         self._publish(ringlib.Ring(address, size), REGISTERED, "")
         log.info("otel-gil: tracing the GIL in-process (GOT hooks in %s)", _inprocess.object())
-        problem = _locate_through(pystructs.py_layout(sys.version_info[:2], 0, 0, 0))
+        problem = _locate_through(pystructs.py_layout(sys.version_info[:2], 0, 0, 0, free_threading.free_threaded()))
         if problem:
             log.warning("otel-gil: GIL holds carry no code location (gil.blocker.code.*): %s", problem)
 
@@ -101,9 +101,11 @@ def _locate_through(layout: ringlib.PyLayout) -> Optional[str]:
 
 
 def _layout_problem(layout: ringlib.PyLayout) -> Optional[str]:
-    structs = pystructs.for_version(sys.version_info[:2])
+    free_threaded = free_threading.free_threaded()
+    structs = pystructs.for_version(sys.version_info[:2], free_threaded)
     if structs is None or not layout.minor:
-        return f"no struct offsets for CPython {sys.version_info[0]}.{sys.version_info[1]} (otel_gil/pystructs.py)"
+        build = pystructs.build_name(sys.version_info[:2], free_threaded)
+        return f"no struct offsets for {build} (otel_gil/pystructs.py)"
     if hasattr(sys, "gettotalrefcount"):
         return "a debug build (its objects are laid out otherwise)"
     if structs.debug:

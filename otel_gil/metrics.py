@@ -7,7 +7,8 @@ Instruments (OpenTelemetry names; Prometheus sees ``gil_wait_time_seconds_total`
 ``http.route`` as a cumulative histogram in Prometheus' classic shape:
 ``gil.wait_ratio.bucket`` (attribute ``le``), ``gil.wait_ratio.count`` and ``gil.wait_ratio.sum``;
 ``gil.location.misses``, logged holds whose code location was not read (attribute ``reason``,
-a handful of values). No metric carries code locations: those are on spans.
+a handful of values); on a free-threaded build, the gauge ``gil.enabled`` once its GIL is on
+(``free_threading``). No metric carries code locations: those are on spans.
 The SDK's synchronous ``Histogram.record`` costs 8-16 µs, most of a span's own cost:
 :class:`WaitRatios` counts into buckets itself (well under a µs) and the counters are read at collection.
 The process's share of wall time waiting (can exceed 1, one thread each) is
@@ -29,10 +30,11 @@ from typing import Callable, Iterable, Optional, TypeVar
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
+from otel_gil import free_threading
 from otel_gil import ring as ringlib
 from otel_gil import threads
 from otel_gil.backend import Backend
-from otel_gil.semconv import HTTP_ROUTE, LE, REASON, REGISTERED, THREAD_NAME
+from otel_gil.semconv import GIL_ENABLED, GIL_ENABLED_BY, HTTP_ROUTE, LE, REASON, REGISTERED, THREAD_NAME
 
 _FIELDS = ("wait_ns", "hold_ns", "acquisitions", "convoy_waits")
 _EXITED = ("exited_wait_ns", "exited_hold_ns", "exited_acquisitions", "exited_convoy_waits")
@@ -303,6 +305,12 @@ class GilMetrics:
             "gil.spans.dropped", [self._observe_dropped], unit="{span}",
             description="Spans whose GIL figures failed a consistency check and were left out (gil.status says why)",
         )
+        if free_threading.free_threaded():
+            meter.create_observable_gauge(
+                GIL_ENABLED, [self._observe_gil_on], unit="1",
+                description="1 once this free-threaded build runs with its GIL on, no point while it runs without "
+                            "(gil.enabled_by: the module whose import turned it on)",
+            )
 
     def rebind(self, registration: Backend) -> None:
         """Read ``registration``'s ring from now on (a new ``instrument()``)."""
@@ -349,6 +357,13 @@ class GilMetrics:
     def _observe_dropped(self, options: CallbackOptions) -> Iterable[Observation]:
         for reason, value in list(self._dropped.items()):
             yield Observation(value, {REASON: reason})
+
+    def _observe_gil_on(self, options: CallbackOptions) -> Iterable[Observation]:
+        registration = self._registration
+        if not isinstance(registration, free_threading.UntilGilOn):
+            return [Observation(1)]  # on from the start
+        turned_on = registration.turned_on
+        return [] if turned_on is None else [Observation(1, {GIL_ENABLED_BY: turned_on.module})]
 
     def count_dropped(self, reason: str) -> None:
         """A span's figures left out (its ``gil.status``): they broke an invariant."""

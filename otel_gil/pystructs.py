@@ -8,7 +8,8 @@ tools read ``threading``'s thread names through them
 64-bit Linux; ``tests/integration/test_pystructs.py`` compiles each interpreter's
 own headers and checks its row field by field, and on 3.13+ a process's own
 ``_Py_DebugOffsets`` must agree with its row before either writer uses it
-(:func:`debug_offsets_disagree`).
+(:func:`debug_offsets_disagree`). Free-threaded builds (``python3.13t``) have rows of their
+own: their object header is longer (:data:`FREE_THREADED`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class Structs:
     cached_keys: int
     # 3.13+: where _Py_DebugOffsets (at the start of _PyRuntime) keeps each field above that it has.
     debug: dict[str, int] = field(default_factory=dict, hash=False)
+    ob_type: int = 8  # PyObject.ob_type
 
 
 _OBJECT, _INTERP = ring.FRAME_OBJECT, ring.FRAME_INTERP
@@ -87,12 +89,30 @@ STRUCTS: dict[tuple[int, int], Structs] = {
                      _debug(40, 208, 320, 328, 336, 352, 400, 384, 416, 408, 448, 728, 720, 736, 696, 704)),
 }
 
+# Free-threaded builds (Py_GIL_DISABLED): a PyObject of 32 bytes (ob_tid, ob_mutex, ob_gc_bits,
+# ob_ref_local, ob_ref_shared before ob_type) moves every object's fields by 16; the frames'
+# and _Py_DebugOffsets' own layouts are the default build's.
+FREE_THREADED: dict[tuple[int, int], Structs] = {
+    (3, 13): Structs(_INTERP, _LOCATIONS, 0, 0, 3, -24, 72, -1, 8, 0, 56, 70, 144, 128, 84, 152, 216, 200, 32, 48, 32, 48, 56, 72, 632, 7664, 896,
+                     STRUCTS[(3, 13)].debug, ob_type=24),
+}
+
 DEBUG_COOKIE = b"xdebugpy"  # _Py_DebugOffsets starts with it (3.13+)
+DEBUG_FREE_THREADED = 16  # _Py_DebugOffsets.free_threaded: 1 on a free-threaded build
+# Where _Py_DebugOffsets keeps what says whether a free-threaded build's GIL is on:
+# (runtime_state.interpreters_head, interpreter_state.ceval_gil, gil_runtime_state_enabled),
+# offsets into _PyRuntime, PyInterpreterState and struct _gil_runtime_state.
+GIL_ENABLED_DEBUG: dict[tuple[int, int], tuple[int, int, int]] = {(3, 13): (40, 112, 128)}
 _U64 = struct.Struct("<Q")
 
 
-def for_version(version: tuple[int, int]) -> Optional[Structs]:
-    return STRUCTS.get(tuple(version[:2]))
+def for_version(version: tuple[int, int], free_threaded: bool = False) -> Optional[Structs]:
+    return (FREE_THREADED if free_threaded else STRUCTS).get(tuple(version[:2]))
+
+
+def build_name(version: tuple[int, int], free_threaded: bool = False) -> str:
+    """``CPython 3.13``, ``free-threaded CPython 3.13t``: what a message calls a build."""
+    return f"free-threaded CPython {version[0]}.{version[1]}t" if free_threaded else f"CPython {version[0]}.{version[1]}"
 
 
 def debug_offsets_disagree(structs: Structs, read: Callable[[int, int], bytes]) -> Optional[str]:
@@ -110,11 +130,12 @@ def debug_offsets_disagree(structs: Structs, read: Callable[[int, int], bytes]) 
     return None
 
 
-def py_layout(version: tuple[int, int], code_type: int, str_type: int, bytes_type: int) -> ring.PyLayout:
+def py_layout(version: tuple[int, int], code_type: int, str_type: int, bytes_type: int,
+              free_threaded: bool = False) -> ring.PyLayout:
     """The ``header.py`` of a ring for CPython ``version`` (``minor`` 0, no locations, if it
     has no row), given where ``PyCode_Type``, ``PyUnicode_Type`` and ``PyBytes_Type`` are."""
     layout = ring.PyLayout()
-    structs = for_version(version)
+    structs = for_version(version, free_threaded)
     if structs is None:
         return layout
     for name, _ in ring.PyLayout._fields_:

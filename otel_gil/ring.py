@@ -110,8 +110,7 @@ class PyLayout(ctypes.Structure):
         *((name, ctypes.c_int32) for name in (
             "gil_last_holder", "tstate_frame", "cframe_frame", "frame_previous", "frame_code", "frame_instr", "frame_owner", "code_name", "code_filename",
             "code_firstlineno", "code_linetable", "code_code", "code_firsttraceable", "bytes_size", "bytes_data",
-            "str_length", "str_state", "str_ascii_data", "str_compact_data")),
-        ("reserved2", _u32),
+            "str_length", "str_state", "str_ascii_data", "str_compact_data", "ob_type")),
         ("code_type", _u64),
         ("str_type", _u64),
         ("bytes_type", _u64),

@@ -49,6 +49,8 @@ TOO_MANY_PROCESSES = _status("too_many_processes", "the collector traces as many
 PROCESS_GONE = _status("process_gone", "the process exited, or its pid changed, while the collector registered it")
 INTERNAL = _status("internal_error", "the collector failed, or the ring it sent could not be mapped: the logs say why")
 # ``gil.status``: one span's figures.
+GIL_TURNED_ON = _status("gil_turned_on", "a free-threaded build's GIL was turned on while the span ran (an import: its "
+                                         "`gil.enabled` event names the module): spans that start after it have figures")
 CROSS_THREAD = _status("cross_thread", "ended on another thread than it started on")
 COLLECTOR_CHANGED = _status("collector_changed", "the process registered anew while the span ran (the collector "
                                                  "restarted, the in-process backend stood in or stepped back)")
@@ -110,6 +112,12 @@ BLOCKERS_OTHERS_MS = _key("gil.blockers.others_ms", "held by further threads")
 BLOCKERS_UNRECORDED_MS = _key("gil.blockers.unrecorded_ms", "held in holds too short to be logged one by one")
 GIL_HANDOFF_MS = _key("gil.handoff_ms", "nobody held the GIL: the waiter was being woken")
 GIL_WAIT_FORCED_SWITCH = _key("gil.wait.forced_switch", "true: the wait began when the thread was made to drop the GIL")
+
+# The event of a span in flight when an import turned a free-threaded build's GIL on (and the gauge's name).
+GIL_ENABLED = "gil.enabled"
+EVENTS[GIL_ENABLED] = "an import turned a free-threaded build's GIL on, at the event's time, while the span ran"
+GIL_ENABLED_BY = _key("gil.enabled_by", "the module whose import turned a free-threaded build's GIL on (on the "
+                                        "gil.enabled event and gauge)")
 
 # Metric attributes (and one read from server spans).
 HTTP_ROUTE = _key("http.route", "a server span's route: the gil.wait_ratio histogram's series")

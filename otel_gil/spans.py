@@ -24,14 +24,16 @@ from opentelemetry.trace import SpanKind, format_span_id
 from opentelemetry.trace import propagation as trace_propagation
 
 from otel_gil import blame as blamelib
+from otel_gil import free_threading
 from otel_gil import ring as ringlib
 from otel_gil import threads, wait_spans
 from otel_gil.backend import Backend
 from otel_gil.metrics import GilMetrics
 from otel_gil.semconv import (COLLECTOR_CHANGED, CROSS_THREAD, END_PASSED, GIL_ACQUISITIONS, GIL_CONVOY_WAITS,
-                              GIL_HOLD_MS, GIL_HOLD_RATIO, GIL_LONG_WAITS_DROPPED, GIL_OTHERS_HOLD_MS, GIL_STATUS,
-                              GIL_WAIT, GIL_WAIT_MS, GIL_WAIT_RATIO, HTTP_ROUTE, INCONSISTENT, REGISTERED, SHARED_THREAD,
-                              THREAD_ID, THREAD_NAME, TOP_BLOCKER, TOP_BLOCKER_HOLD_MS, TOP_BLOCKER_THREAD, UNTRACKED)
+                              GIL_DISABLED, GIL_HOLD_MS, GIL_HOLD_RATIO, GIL_LONG_WAITS_DROPPED, GIL_OTHERS_HOLD_MS,
+                              GIL_STATUS, GIL_TURNED_ON, GIL_WAIT, GIL_WAIT_MS, GIL_WAIT_RATIO, HTTP_ROUTE, INCONSISTENT,
+                              REGISTERED, SHARED_THREAD, THREAD_ID, THREAD_NAME, TOP_BLOCKER, TOP_BLOCKER_HOLD_MS,
+                              TOP_BLOCKER_THREAD, UNTRACKED)
 
 log = logging.getLogger("otel_gil")
 
@@ -204,6 +206,10 @@ def figures(
     attrs: dict = {THREAD_NAME: thread.name, THREAD_ID: thread.ident}
     ring = start.ring
     if ring is None:
+        turned_on = getattr(start.registration, "turned_on", None) if start.status == GIL_DISABLED else None
+        if turned_on is not None:  # an import turned a free-threaded build's GIL on as it ran
+            attrs[GIL_STATUS] = GIL_TURNED_ON
+            return attrs, [free_threading.event(turned_on)], end_time or time.time_ns()
         attrs[GIL_STATUS] = start.status
         return attrs, [], end_time or time.time_ns()
     cache = _thread_tid(start.generation)

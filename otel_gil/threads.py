@@ -20,14 +20,12 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-import wrapt
+from otel_gil import wrappers
 
 _MAX_STARTS = 4096  # bounds the start log when no metric reader drains it
 MEMORY = 4096  # ended threads remembered, most recently ended kept
 _starts: list[threading.Thread] = []  # threads started since take_starts()
 _memory: Optional["_Memory"] = None  # the known owners of kernel ids, while watching
-_PROXY = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)  # wrapt 2, wrapt 1
-_WRAPPERS = (wrapt.FunctionWrapper, wrapt.BoundFunctionWrapper)
 _TICK_NS = 10**9 // os.sysconf("SC_CLK_TCK")  # /proc's unit of a task's start time
 
 
@@ -185,26 +183,12 @@ def _log_start(wrapped, instance: threading.Thread, args, kwargs):
     return result
 
 
-def _ours() -> tuple[Optional[object], Optional[object]]:
-    """(the wrapper just outside ours or None, ours) in ``Thread.start``'s chain of
-    wrappers; (None, None) if ours is not in it (never put there, or removed by another)."""
-    outer, current = None, threading.Thread.__dict__.get("start")
-    while current is not None:
-        # type(), not isinstance(): a proxy of ours would pass for ours. Bound: as the
-        # threading instrumentation's unwrap leaves ours when it took its own from outside it.
-        if issubclass(type(current), _WRAPPERS) and current._self_wrapper is _log_start:
-            return outer, current
-        outer, current = current, getattr(current, "__wrapped__", None)
-    return None, None
-
-
 def watch_starts() -> None:
     """Log every ``threading.Thread.start`` from now on (see :func:`take_starts`, :func:`owner`):
     one wrapper of ours, outermost or inside others'."""
     global _memory
     _memory = _Memory(time.monotonic_ns())
-    if _ours()[1] is None:
-        wrapt.wrap_function_wrapper(threading.Thread, "start", _log_start)
+    wrappers.wrap(threading.Thread, "start", _log_start)
 
 
 def unwatch_starts() -> None:
@@ -212,11 +196,7 @@ def unwatch_starts() -> None:
     other libraries' wrappers as they are (one that cannot be re-pointed keeps ours, idle)."""
     global _memory
     _memory = None
-    outer, ours = _ours()
-    if outer is None and ours is not None:
-        threading.Thread.start = ours.__wrapped__
-    elif issubclass(type(outer), _PROXY):
-        outer.__wrapped__ = ours.__wrapped__
+    wrappers.unwrap(threading.Thread, "start", _log_start)
     _starts.clear()
 
 

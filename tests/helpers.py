@@ -261,6 +261,17 @@ def check_hog_ground_truth(report: dict) -> None:
     check_pure_python_blocker(report)
 
 
+def check_releases_counted(report: dict) -> None:
+    """The syscalls scenario: every release of os.stat/os.read counted (acquisitions = the truth's,
+    + 2 at most), the hold as measured between them, no wait."""
+    attrs = span(report, "syscalls")["attributes"]
+    truth = report["truth"]
+    assert truth["acquisitions"] <= attrs["gil.acquisitions"] <= truth["acquisitions"] + 2, attrs
+    held_ms, between_ms = truth["usleep_hold_ns"] / 1e6, truth["between_ns"] / 1e6
+    assert held_ms * 0.995 <= attrs["gil.hold_ms"] <= held_ms + between_ms + 0.5, (attrs, held_ms, between_ms)
+    assert attrs["gil.wait_ms"] < 0.5, attrs
+
+
 LOCATED = 0.9  # of the long waits a known holder caused, at least this share name its code
 
 

@@ -141,7 +141,7 @@ static __always_inline int gil_line_of(const struct gil_py_layout *py, __u64 cod
 	__u64 table = 0, type = 0, size = 0;
 	int first_line = 0;
 	if (py->line_format != format || GIL_READ(&first_line, 4, code + py->code_firstlineno) ||
-	    GIL_READ(&table, 8, code + py->code_linetable) || !table || GIL_READ(&type, 8, table + GIL_OB_TYPE) ||
+	    GIL_READ(&table, 8, code + py->code_linetable) || !table || GIL_READ(&type, 8, table + py->ob_type) ||
 	    type != py->bytes_type || GIL_READ(&size, 8, table + py->bytes_size))
 		return -1;
 	__u32 n = size < limit ? (__u32)size : limit;

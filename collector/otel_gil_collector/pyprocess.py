@@ -58,11 +58,18 @@ class Memory:
         return struct.unpack(f"<{count}Q", self.read(address, 8 * count))
 
 
-def version_of(path: str) -> Optional[tuple[int, int]]:
-    """(3, minor) from the interpreter's file name (python3.X, libpython3.X.so); None if the
-    name does not say, or says free-threaded (other layouts, not in the table)."""
+def build_of(path: str) -> Optional[tuple[tuple[int, int], bool]]:
+    """((3, minor), free-threaded) from the interpreter's file name (python3.X, libpython3.Xt.so);
+    None if the name does not say."""
     match = _PYTHON_VERSION.search(os.path.basename(path))
-    return (3, int(match.group(1))) if match and not match.group(2) else None
+    return ((3, int(match.group(1))), bool(match.group(2))) if match else None
+
+
+def version_of(path: str) -> Optional[tuple[int, int]]:
+    """(3, minor) of a build with a GIL, from its file name; None if the name does not say,
+    or says free-threaded (objects laid out otherwise)."""
+    build = build_of(path)
+    return build[0] if build and not build[1] else None
 
 
 def load_base(maps: Sequence, mapped_path: str, info: elf.ElfInfo) -> int:
@@ -77,8 +84,8 @@ def load_base(maps: Sequence, mapped_path: str, info: elf.ElfInfo) -> int:
 def py_layout(pid: int, maps: Sequence, mapped_path: str, info: elf.ElfInfo) -> tuple[ringlib.PyLayout, str]:
     """The ``header.py`` of ``pid``'s ring (where its CPython keeps what a location reads), and
     why its holds will carry no location ("" if they will; ``minor`` is 0 then)."""
-    version = version_of(mapped_path)
-    structs = pystructs.for_version(version) if version else None
+    build = build_of(mapped_path)
+    structs = pystructs.for_version(*build) if build else None
     if structs is None:
         return ringlib.PyLayout(), f"no struct offsets for {os.path.basename(mapped_path)} (otel_gil/pystructs.py)"
     missing = [name for name in (*_TYPES, "_PyRuntime") if name not in info.data]
@@ -97,4 +104,5 @@ def py_layout(pid: int, maps: Sequence, mapped_path: str, info: elf.ElfInfo) -> 
                 return ringlib.PyLayout(), disagreement
     except Unreadable as exc:
         return ringlib.PyLayout(), str(exc)
-    return pystructs.py_layout(version, *(base + info.data[name].address for name in _TYPES)), ""
+    types = (base + info.data[name].address for name in _TYPES)
+    return pystructs.py_layout(build[0], *types, free_threaded=build[1]), ""

@@ -1,12 +1,13 @@
 """The one table of CPython struct offsets (otel_gil/pystructs.py) against each interpreter's
 own headers: every build of the matrix compiles them and prints what its row must say,
-the positions in _Py_DebugOffsets on 3.13+ included."""
+the positions in _Py_DebugOffsets on 3.13+ included (on a free-threaded build: its own row, and
+the positions that say whether its GIL is on)."""
 
 import subprocess
 
 import pytest
 
-from helpers import matrix_names
+from helpers import free_threaded_interpreters, matrix_names
 from otel_gil import pystructs
 
 # offsetof() of every field of a row, compiled against the interpreter's own headers.
@@ -31,6 +32,15 @@ _STRUCTS_C = r"""
 #define D(ours, theirs) printf("debug.%s %zu\n", ours, offsetof(_Py_DebugOffsets, theirs))
 int main(void) {
     P("minor", PY_MINOR_VERSION);
+#ifdef Py_GIL_DISABLED
+    P("free_threaded", 1);
+    printf("gil_enabled_debug %zu,%zu,%zu\n", offsetof(_Py_DebugOffsets, runtime_state.interpreters_head),
+           offsetof(_Py_DebugOffsets, interpreter_state.ceval_gil),
+           offsetof(_Py_DebugOffsets, interpreter_state.gil_runtime_state_enabled));
+#else
+    P("free_threaded", 0);
+#endif
+    P("ob_type", offsetof(PyObject, ob_type));
     P("gil_last_holder", (long)offsetof(struct _gil_runtime_state, last_holder) - (long)offsetof(struct _gil_runtime_state, cond));
 #if PY_VERSION_HEX >= 0x030D0000
     P("tstate_frame", offsetof(PyThreadState, current_frame));
@@ -113,18 +123,23 @@ gcc -w -x c -I"$include" -I"$include/internal" -o "$out" -
 "$out"
 rm -f "$out"
 """
-BUILDS = [name for name in matrix_names() if not name.endswith("-container")]  # containers share the files
+FREE_THREADED = free_threaded_interpreters()
+# Each build once (containers share their tree's files), the free-threaded ones too.
+BUILDS = [name for name in matrix_names() if not name.endswith("-container")] + sorted(FREE_THREADED)
 
 
 @pytest.mark.parametrize("name", BUILDS)
 def test_the_row_matches_the_headers(matrix_runner, name):
-    runner = matrix_runner(name)
+    runner = FREE_THREADED.get(name) or matrix_runner(name)
     done = subprocess.run([*runner.prefix, "sh", "-c", _COMPILE, runner.python], input=_STRUCTS_C,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"compiling against {name}'s headers failed (python3.X-dev?):\n{done.stderr}"
     facts = dict(line.split() for line in done.stdout.splitlines())
-    row = pystructs.for_version((3, int(facts.pop("minor"))))
+    version, free_threaded = (3, int(facts.pop("minor"))), facts.pop("free_threaded") == "1"
+    row = pystructs.for_version(version, free_threaded)
     assert row is not None
+    if free_threaded:
+        assert pystructs.GIL_ENABLED_DEBUG[version] == tuple(int(p) for p in facts.pop("gil_enabled_debug").split(","))
     debug = {key[len("debug."):]: int(value) for key, value in facts.items() if key.startswith("debug.")}
     assert row.debug == debug
     for key, value in facts.items():

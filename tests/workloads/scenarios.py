@@ -549,6 +549,97 @@ def short_blocker(tracer, args) -> dict:
     return truth
 
 
+def turned_on(tracer, args) -> dict:
+    """A free-threaded build running without its GIL, serving HTTP (a real ThreadingHTTPServer,
+    a thread per request): the handler of ``/import`` imports ``args.legacy``, an extension
+    that does not declare Py_mod_gil, which turns the GIL on for good. A span of another thread
+    is in flight across it; then the hog scenario's ground truth, and a request holding the
+    GIL for ``args.burst_ms`` (PyDLL), measured by the backend that started at the import."""
+    from http.client import HTTPConnection
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    truth: dict = {"gil_at_start": sys._is_gil_enabled(), "gauge": {"start": _gil_gauge()}}  # no point yet
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            with tracer.start_as_current_span(f"GET {self.path}", kind=trace.SpanKind.SERVER):
+                if self.path == "/import":
+                    truth["import_started_ns"] = time.time_ns()
+                    __import__(args.legacy)
+                    truth["import_ended_ns"] = time.time_ns()
+                else:  # /hold
+                    t0 = time.monotonic_ns()
+                    _gil_holding_libc.usleep(args.burst_ms * 1000)
+                    truth["request_hold_ns"] = time.monotonic_ns() - t0
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args) -> None:  # quiet
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, name="http-server", daemon=True).start()
+
+    def get(path: str) -> None:
+        client = HTTPConnection(*server.server_address, timeout=60)
+        client.request("GET", path)
+        assert client.getresponse().status == 204
+        client.close()
+
+    with tracer.start_as_current_span("before"):
+        time.sleep(0.01)
+    started, crossed = threading.Event(), threading.Event()
+
+    def bystander() -> None:
+        with tracer.start_as_current_span("in flight"):
+            started.set()
+            crossed.wait()
+
+    other = threading.Thread(target=bystander, name="bystander")
+    other.start()
+    started.wait()
+    get("/import")
+    crossed.set()
+    other.join()
+    truth["gil_after_import"] = sys._is_gil_enabled()
+    truth["gauge"]["after"] = _gil_gauge()
+    get("/hold")
+    server.shutdown()
+    truth.update(hog_and_victim(tracer, args))
+    return truth
+
+
+def transient(tracer, args) -> dict:
+    """Two imports of modules that declare Py_mod_gil (``args.legacy``: their names, comma-separated)
+    whose inits let the GIL go and sleep, the second started while the first runs: CPython turns
+    the GIL on for each init and off after it, so the first import ends while the second still
+    has it on. Nothing turned it on for good: otel-gil must not start measuring."""
+    first, second = args.legacy.split(",")
+    truth: dict = {}
+
+    def load(name: str) -> None:
+        with tracer.start_as_current_span(f"import {name}"):
+            __import__(name)
+        truth[f"gil_after_{name}"] = sys._is_gil_enabled()
+
+    threads = [threading.Thread(target=load, args=(first,))]
+    threads[0].start()
+    time.sleep(0.1)
+    threads.append(threading.Thread(target=load, args=(second,)))
+    threads[1].start()
+    for t in threads:
+        t.join()
+    truth["gil_at_end"] = sys._is_gil_enabled()
+    return truth
+
+
+def _gil_gauge() -> list:
+    """The gil.enabled gauge's points now: [value, attributes]."""
+    data = _metric_reader.get_metrics_data()
+    return [[p.value, dict(p.attributes)] for rm in (data.resource_metrics if data else ()) for sm in rm.scope_metrics
+            for m in sm.metrics if m.name == "gil.enabled" for p in m.data.data_points]
+
+
 def _start_wrappers() -> list[str]:
     """Whose wrappers Thread.start goes through, outermost first (their wrapper functions' names)."""
     names, current = [], threading.Thread.__dict__["start"]
@@ -562,7 +653,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("scenario",
                         choices=["hog", "convoy", "requests", "switches", "syscalls", "churn", "service", "cfork",
-                                 "tasks", "short"])
+                                 "tasks", "short", "turned_on", "transient"])
     parser.add_argument("socket")
     parser.add_argument("--bursts", type=int, default=10)
     parser.add_argument("--burst-ms", type=int, default=50)
@@ -579,6 +670,8 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=20, help="tasks: requests at once")
     parser.add_argument("--reuse-tid", action="store_true",
                         help="short: the hog's tid to a later thread (root, in a pid namespace of its own)")
+    parser.add_argument("--legacy", help="turned_on: the module to import (an extension without Py_mod_gil); "
+                        "transient: two, comma-separated")
     parser.add_argument("--auto", action="store_true",
                         help="run under opentelemetry-instrument: instrument by hand, after it, what "
                              "$OTEL_PYTHON_DISABLED_INSTRUMENTATIONS left out (gil, threading)")
@@ -604,7 +697,8 @@ def main() -> None:
     tracer = provider.get_tracer("scenarios")
     scenarios = {"hog": hog_and_victim, "convoy": convoy, "requests": requests, "switches": switches,
                  "syscalls": syscalls, "churn": churn, "service": service, "cfork": cfork, "tasks": tasks,
-                 "short": short_blocker}
+                 "short": short_blocker, "turned_on": turned_on,
+                 "transient": transient}
     source = GilInstrumentor._backend  # (the short scenario may uninstrument)
     truth = scenarios[args.scenario](tracer, args)
     spans = finished_spans()
