@@ -6,6 +6,7 @@ contexts; the Python hooks cannot and give ``gil.status=shared_thread`` on share
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import sys
 import threading
 import time
@@ -230,8 +231,10 @@ def test_an_end_time_before_the_last_charge_gets_no_figures(c_hooks):
     assert named(exporter)["request"]["gil.status"] == END_PASSED
 
 
-def test_a_loop_whose_switches_are_unseen_says_so(loop_thread, fast):
-    """uvloop enters its tasks' contexts in C, which only the context watchers of 3.14+ see."""
+def test_uvloops_tasks_get_their_own_hold(loop_thread, fast):
+    """uvloop enters its tasks' contexts in C: the C hooks see it through its GOT entries of
+    PyContext_Enter/Exit (3.9-3.13) or the context watchers (3.14+); the Python hooks see no
+    switch and say so."""
     uvloop = pytest.importorskip("uvloop")
     tracer, _, slot, exporter = loop_thread
 
@@ -245,10 +248,36 @@ def test_a_loop_whose_switches_are_unseen_says_so(loop_thread, fast):
 
     uvloop.run(main())
     got = named(exporter)
-    if fast and sys.version_info >= (3, 14):
+    if fast:
         assert (got["a"]["gil.hold_ms"], got["b"]["gil.hold_ms"]) == (1.0, 1.0), got
     else:
         assert {attrs.get("gil.status") for attrs in got.values()} == {SHARED_THREAD}, got
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 14), reason="3.14's context watchers see uvloop: no GOT entry is hooked")
+def test_uvloops_got_entries_are_hooked_while_tracking_and_restored_after():
+    """uvloop loaded before instrument(): its GOT entries of PyContext_Enter and PyContext_Exit
+    point to the hooks while contexts are tracked, and hold their own values again after."""
+    pytest.importorskip("uvloop")
+    from otel_gil import _fastspan
+
+    def entries() -> dict[str, tuple[bool, int]]:
+        state = _fastspan.module_switches()["uvloop.loop"]
+        return {e["symbol"]: (e["hooked"], ctypes.c_void_p.from_address(e["address"]).value)
+                for e in state["entries"]}
+
+    before = entries()  # empty until first hooked: no entry found yet
+    with hooked(FakeRegistration(make_ring()), True):
+        state = _fastspan.module_switches()["uvloop.loop"]
+        assert state["hooked"] and state["error"] == "" and "uvloop" in state["object"], state
+        during = entries()
+    after = entries()
+    assert set(during) == {"PyContext_Enter", "PyContext_Exit"}, during
+    assert all(hooked_ for hooked_, _ in during.values()), during
+    assert not any(hooked_ for hooked_, _ in after.values()), after
+    assert all(after[s][1] != during[s][1] for s in during), (during, after)
+    assert not before or before == after, (before, after)
+    assert not _fastspan.module_switches()["uvloop.loop"]["hooked"]
 
 
 def test_a_span_that_lived_through_an_uninstrument_says_so():
