@@ -489,7 +489,7 @@ void context_start(Hooks *hooks, Start *start, PyObject *span)
 	if (tc->tracer == NULL)
 		trace_greenlets(tc);
 #if !PY_3_14_OR_LATER
-	if (tc->switches == 0) /* a thread whose switches the hooks see runs a stdlib loop, if any */
+	if (tc->switches == 0 || tc->loop == NULL) /* a thread whose switches the hooks see runs a loop they see, if any */
 		check_loop(tc);
 #endif
 	if (hooks->ring != start->ring)

@@ -6,6 +6,7 @@ contexts; the Python hooks cannot and give ``gil.status=shared_thread`` on share
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import ctypes
 import sys
 import threading
@@ -278,6 +279,46 @@ def test_uvloops_got_entries_are_hooked_while_tracking_and_restored_after():
     assert all(after[s][1] != during[s][1] for s in during), (during, after)
     assert not before or before == after, (before, after)
     assert not _fastspan.module_switches()["uvloop.loop"]["hooked"]
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 14), reason="3.14's context watchers see uvloop: no GOT entry is hooked")
+def test_uvloop_loaded_after_instrument_is_hooked_when_its_loop_is_first_seen():
+    """uvloop imported after instrument() (as uvicorn does under opentelemetry-instrument) is
+    hooked at the first span that sees its loop running, also on a thread whose contexts
+    switched before (a Context.run of the app's own)."""
+    uvloop = pytest.importorskip("uvloop")
+    from otel_gil import _fastspan
+
+    module = sys.modules.pop("uvloop.loop")  # not loaded yet, as far as instrument() can tell
+    ring = make_ring()
+    try:
+        with hooked(FakeRegistration(ring), True) as (tracer, _, exporter):
+            sys.modules["uvloop.loop"] = module
+            assert not _fastspan.module_switches()["uvloop.loop"]["hooked"]
+
+            slot = []
+
+            async def request(name: str) -> None:
+                with tracer.start_as_current_span(name):
+                    hold(slot[0], 1)
+                    await asyncio.sleep(0)
+
+            async def main() -> None:
+                await asyncio.gather(request("a"), request("b"))
+
+            def loop_thread() -> None:
+                slot.append(my_slot(ring))
+                contextvars.copy_context().run(lambda: None)  # a switch seen before any span
+                uvloop.run(main())
+
+            thread = threading.Thread(target=loop_thread)
+            thread.start()
+            thread.join()
+            assert _fastspan.module_switches()["uvloop.loop"]["hooked"]
+    finally:
+        sys.modules["uvloop.loop"] = module
+    got = named(exporter)
+    assert (got["a"].get("gil.hold_ms"), got["b"].get("gil.hold_ms")) == (1.0, 1.0), got
 
 
 def test_a_span_that_lived_through_an_uninstrument_says_so():
