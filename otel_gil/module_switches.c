@@ -1,11 +1,11 @@
 /* Context switches that extension modules make in C (before 3.14, whose context watchers
- * see every one): uvloop runs each callback and task step between PyContext_Enter and
- * PyContext_Exit, called through its own GOT, where no Context.run hook sees them. Those
- * two GOT entries of each module in `modules` are swapped for wrappers (got_patch.c) that
- * make the same charge point as the Context.run hook (context_switched), when the module
- * is loaded: at track_contexts, or later, when a span first sees its loop running
- * (check_loop); restored at untrack_contexts. A forked child inherits the patched entries
- * with the rest of its memory, and restores its own.
+ * see every one): uvloop (and rloop, an asyncio loop in Rust) runs each callback and task
+ * step between PyContext_Enter and PyContext_Exit, called through its own GOT, where no
+ * Context.run hook sees them. Those two GOT entries of each module in `modules` are
+ * swapped for wrappers (got_patch.c) that make the same charge point as the Context.run
+ * hook (context_switched), when the module is loaded: at track_contexts, or later, when a
+ * span first sees its loop running (check_loop); restored at untrack_contexts. A forked
+ * child inherits the patched entries with the rest of its memory, and restores its own.
  *
  * A module whose GOT has no such entries (a static build links it into the interpreter)
  * keeps its switches unseen: its loop's spans say gil.status=shared_thread.
@@ -48,6 +48,7 @@ static struct module {
 	int failed;          /* got.error says why: never tried again */
 } modules[] = {
 	{"uvloop.loop", "Loop"},
+	{"rloop._rloop", "EventLoop"},
 };
 #define NMODULES (sizeof(modules) / sizeof(modules[0]))
 

@@ -232,11 +232,17 @@ def test_an_end_time_before_the_last_charge_gets_no_figures(c_hooks):
     assert named(exporter)["request"]["gil.status"] == END_PASSED
 
 
-def test_uvloops_tasks_get_their_own_hold(loop_thread, fast):
-    """uvloop enters its tasks' contexts in C: the C hooks see it through its GOT entries of
-    PyContext_Enter/Exit (3.9-3.13) or the context watchers (3.14+); the Python hooks see no
-    switch and say so."""
-    uvloop = pytest.importorskip("uvloop")
+# Loops that enter their tasks' contexts in C (otel_gil/module_switches.c): how each runs a coroutine.
+C_LOOPS = {"uvloop": lambda uvloop, main: uvloop.run(main),
+           "rloop": lambda rloop, main: rloop.new_event_loop().run_until_complete(main)}
+
+
+@pytest.mark.parametrize("name", C_LOOPS)
+def test_tasks_on_a_loop_written_in_c_get_their_own_hold(loop_thread, fast, name):
+    """uvloop and rloop enter their tasks' contexts in C: the C hooks see it through their GOT
+    entries of PyContext_Enter/Exit (3.9-3.13) or the context watchers (3.14+); the Python
+    hooks see no switch and say so."""
+    module = pytest.importorskip(name)
     tracer, _, slot, exporter = loop_thread
 
     async def request(name: str) -> None:
@@ -247,7 +253,7 @@ def test_uvloops_tasks_get_their_own_hold(loop_thread, fast):
     async def main() -> None:
         await asyncio.gather(request("a"), request("b"))
 
-    uvloop.run(main())
+    C_LOOPS[name](module, main())
     got = named(exporter)
     if fast:
         assert (got["a"]["gil.hold_ms"], got["b"]["gil.hold_ms"]) == (1.0, 1.0), got
@@ -255,22 +261,24 @@ def test_uvloops_tasks_get_their_own_hold(loop_thread, fast):
         assert {attrs.get("gil.status") for attrs in got.values()} == {SHARED_THREAD}, got
 
 
-@pytest.mark.skipif(sys.version_info >= (3, 14), reason="3.14's context watchers see uvloop: no GOT entry is hooked")
-def test_uvloops_got_entries_are_hooked_while_tracking_and_restored_after():
-    """uvloop loaded before instrument(): its GOT entries of PyContext_Enter and PyContext_Exit
-    point to the hooks while contexts are tracked, and hold their own values again after."""
-    pytest.importorskip("uvloop")
+@pytest.mark.skipif(sys.version_info >= (3, 14), reason="3.14's context watchers see them: no GOT entry is hooked")
+@pytest.mark.parametrize("name, module", [("uvloop", "uvloop.loop"), ("rloop", "rloop._rloop")])
+def test_got_entries_are_hooked_while_tracking_and_restored_after(name, module):
+    """A loop's module loaded before instrument(): its GOT entries of PyContext_Enter and
+    PyContext_Exit point to the hooks while contexts are tracked, and hold their own values
+    again after."""
+    pytest.importorskip(name)
     from otel_gil import _fastspan
 
     def entries() -> dict[str, tuple[bool, int]]:
-        state = _fastspan.module_switches()["uvloop.loop"]
+        state = _fastspan.module_switches()[module]
         return {e["symbol"]: (e["hooked"], ctypes.c_void_p.from_address(e["address"]).value)
                 for e in state["entries"]}
 
     before = entries()  # empty until first hooked: no entry found yet
     with hooked(FakeRegistration(make_ring()), True):
-        state = _fastspan.module_switches()["uvloop.loop"]
-        assert state["hooked"] and state["error"] == "" and "uvloop" in state["object"], state
+        state = _fastspan.module_switches()[module]
+        assert state["hooked"] and state["error"] == "" and f"/{name}/" in state["object"], state
         during = entries()
     after = entries()
     assert set(during) == {"PyContext_Enter", "PyContext_Exit"}, during
@@ -278,7 +286,7 @@ def test_uvloops_got_entries_are_hooked_while_tracking_and_restored_after():
     assert not any(hooked_ for hooked_, _ in after.values()), after
     assert all(after[s][1] != during[s][1] for s in during), (during, after)
     assert not before or before == after, (before, after)
-    assert not _fastspan.module_switches()["uvloop.loop"]["hooked"]
+    assert not _fastspan.module_switches()[module]["hooked"]
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 14), reason="3.14's context watchers see uvloop: no GOT entry is hooked")
