@@ -37,7 +37,7 @@ def report_file():
         "two loops keeping 30 threads alive (one span each; thread ids of exited threads handed to new ones "
         "through ns_last_pid), a fork every 0.3 s (the child checks its own spans; on 3.12+ only in the first half, "
         "an isolated subinterpreter runs three busy threads in the second), an asyncio loop with 20 requests in flight "
-        "(children, to_thread) and another on uvloop (one in each child too), uninstrument/instrument every 0.5-1 s, metrics read every 0.2 s. Own: spans of the "
+        "(children, to_thread) and another on uvloop, uninstrument/instrument every 0.5-1 s, metrics read every 0.2 s. Own: spans of the "
         "loops' requests with their own code's figures (uvloop's: own uvloop). Inconsistent: spans whose figures the reader dropped (gil.status=inconsistent).\n\n"
         "| build | backend | seconds | spans | with figures | own | own uvloop | violations | inconsistent | tids reused | forks (failed) "
         "| toggles | subinterpreter |\n"

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import ctypes
+import json
+import os
 import sys
 import threading
 import time
@@ -327,6 +329,48 @@ def test_uvloop_loaded_after_instrument_is_hooked_when_its_loop_is_first_seen():
         sys.modules["uvloop.loop"] = module
     got = named(exporter)
     assert (got["a"].get("gil.hold_ms"), got["b"].get("gil.hold_ms")) == (1.0, 1.0), got
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 14), reason="3.14's context watchers see uvloop: no GOT entry is hooked")
+def test_a_forked_child_keeps_uvloops_hooks_and_restores_its_own():
+    """A child forked while uvloop's entries are hooked runs its tasks with their own figures,
+    and its uninstrument restores its own entries (the parent's stay hooked)."""
+    uvloop = pytest.importorskip("uvloop")
+    from otel_gil import _fastspan
+
+    def hooked_now() -> list[bool]:
+        return [e["hooked"] for e in _fastspan.module_switches()["uvloop.loop"]["entries"]]
+
+    ring = make_ring()
+    with hooked(FakeRegistration(ring), True) as (tracer, _, exporter):
+        assert hooked_now() == [True, True]
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report, then leave without pytest's teardown
+            try:
+                slot = my_slot(ring)
+
+                async def request(name: str) -> None:
+                    with tracer.start_as_current_span(name):
+                        hold(slot, 1)
+                        await asyncio.sleep(0)
+
+                async def main() -> None:
+                    await asyncio.gather(request("a"), request("b"))
+
+                uvloop.run(main())
+                got = named(exporter)
+                spans.unwrap_span()
+                os.write(w, json.dumps({"holds": [got["a"].get("gil.hold_ms"), got["b"].get("gil.hold_ms")],
+                                        "after": hooked_now()}).encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        with os.fdopen(r) as pipe:
+            child = json.loads(pipe.read() or "{}")
+        os.waitpid(pid, 0)
+        assert hooked_now() == [True, True]  # the parent's
+    assert child == {"holds": [1.0, 1.0], "after": [False, False]}, child
 
 
 def test_a_span_that_lived_through_an_uninstrument_says_so():
