@@ -13,6 +13,9 @@
 #include "fastspan.h"
 #include "got_patch.h"
 
+#include <errno.h>
+#include <string.h>
+
 #if !PY_3_14_OR_LATER
 static int (*real_enter)(PyObject *), (*real_exit)(PyObject *);
 
@@ -73,7 +76,10 @@ static int hook_module(struct module *m, PyObject *module)
 		m->failed = 1;
 		return -1;
 	}
-	if (got_patch(&m->got, hooked, sizeof(hooked) / sizeof(hooked[0]), def) != 0) {
+	int failed = got_patch(&m->got, hooked, sizeof(hooked) / sizeof(hooked[0]), def);
+	if (failed == GOT_ERRNO)
+		snprintf(m->got.error, sizeof(m->got.error), "its GOT's page could not be made writable: %s", strerror(errno));
+	if (failed) {
 		m->failed = 1;
 		return -1;
 	}
