@@ -239,6 +239,21 @@ C_LOOPS = {"uvloop": lambda uvloop, main: uvloop.run(main),
            "rloop": lambda rloop, main: rloop.new_event_loop().run_until_complete(main)}
 
 
+async def two_requests(tracer, slot) -> None:
+    """Requests ``a`` and ``b`` on one loop, each holding 1 ms (in ``slot``, its thread's) in a step."""
+    async def request(name: str) -> None:
+        with tracer.start_as_current_span(name):
+            hold(slot, 1)
+            await asyncio.sleep(0)
+
+    await asyncio.gather(request("a"), request("b"))
+
+
+def holds(exporter) -> tuple:
+    got = named(exporter)
+    return got["a"].get("gil.hold_ms"), got["b"].get("gil.hold_ms")
+
+
 @pytest.mark.parametrize("name", C_LOOPS)
 def test_tasks_on_a_loop_written_in_c_get_their_own_hold(loop_thread, fast, name):
     """uvloop and rloop enter their tasks' contexts in C: the C hooks see it through their GOT
@@ -246,19 +261,10 @@ def test_tasks_on_a_loop_written_in_c_get_their_own_hold(loop_thread, fast, name
     hooks see no switch and say so."""
     module = pytest.importorskip(name)
     tracer, _, slot, exporter = loop_thread
-
-    async def request(name: str) -> None:
-        with tracer.start_as_current_span(name):
-            hold(slot, 1)
-            await asyncio.sleep(0)
-
-    async def main() -> None:
-        await asyncio.gather(request("a"), request("b"))
-
-    C_LOOPS[name](module, main())
+    C_LOOPS[name](module, two_requests(tracer, slot))
     got = named(exporter)
     if fast:
-        assert (got["a"]["gil.hold_ms"], got["b"]["gil.hold_ms"]) == (1.0, 1.0), got
+        assert holds(exporter) == (1.0, 1.0), got
     else:
         assert {attrs.get("gil.status") for attrs in got.values()} == {SHARED_THREAD}, got
 
@@ -306,20 +312,10 @@ def test_uvloop_loaded_after_instrument_is_hooked_when_its_loop_is_first_seen():
             sys.modules["uvloop.loop"] = module
             assert not _fastspan.module_switches()["uvloop.loop"]["hooked"]
 
-            slot = []
-
-            async def request(name: str) -> None:
-                with tracer.start_as_current_span(name):
-                    hold(slot[0], 1)
-                    await asyncio.sleep(0)
-
-            async def main() -> None:
-                await asyncio.gather(request("a"), request("b"))
-
             def loop_thread() -> None:
-                slot.append(my_slot(ring))
+                slot = my_slot(ring)
                 contextvars.copy_context().run(lambda: None)  # a switch seen before any span
-                uvloop.run(main())
+                uvloop.run(two_requests(tracer, slot))
 
             thread = threading.Thread(target=loop_thread)
             thread.start()
@@ -327,8 +323,7 @@ def test_uvloop_loaded_after_instrument_is_hooked_when_its_loop_is_first_seen():
             assert _fastspan.module_switches()["uvloop.loop"]["hooked"]
     finally:
         sys.modules["uvloop.loop"] = module
-    got = named(exporter)
-    assert (got["a"].get("gil.hold_ms"), got["b"].get("gil.hold_ms")) == (1.0, 1.0), got
+    assert holds(exporter) == (1.0, 1.0), named(exporter)
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 14), reason="3.14's context watchers see uvloop: no GOT entry is hooked")
@@ -348,21 +343,9 @@ def test_a_forked_child_keeps_uvloops_hooks_and_restores_its_own():
         pid = os.fork()
         if pid == 0:  # the child: report, then leave without pytest's teardown
             try:
-                slot = my_slot(ring)
-
-                async def request(name: str) -> None:
-                    with tracer.start_as_current_span(name):
-                        hold(slot, 1)
-                        await asyncio.sleep(0)
-
-                async def main() -> None:
-                    await asyncio.gather(request("a"), request("b"))
-
-                uvloop.run(main())
-                got = named(exporter)
+                uvloop.run(two_requests(tracer, my_slot(ring)))
                 spans.unwrap_span()
-                os.write(w, json.dumps({"holds": [got["a"].get("gil.hold_ms"), got["b"].get("gil.hold_ms")],
-                                        "after": hooked_now()}).encode())
+                os.write(w, json.dumps({"holds": holds(exporter), "after": hooked_now()}).encode())
             finally:
                 os._exit(0)
         os.close(w)
