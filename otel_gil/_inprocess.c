@@ -44,6 +44,10 @@
 #include "gil_layout.h"
 #include "got_patch.h"
 
+#if !defined(__x86_64__) && !defined(__aarch64__)
+#error "otel_gil._inprocess knows the GOT relocations of x86_64 and aarch64 only"
+#endif
+
 #define COND_STRIDE (sizeof(pthread_cond_t) + sizeof(pthread_mutex_t)) /* &gil->switch_cond - &gil->cond */
 
 typedef int (*signal_fn)(pthread_cond_t *);
