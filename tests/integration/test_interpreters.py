@@ -50,5 +50,8 @@ def test_each_task_on_uvloop_gets_its_own_figures(collector, backend, interprete
     contexts in C: seen through its GOT entries of PyContext_Enter/Exit (3.9-3.13, hooked when
     the loop is first seen) or the context watcher (3.14+)."""
     report = run_scenario("tasks", collector.address, "--loop", "uvloop", runner=interpreter, backend=backend)
-    assert report["truth"].get("uvloop"), "the requests did not run on uvloop"
+    truth = report["truth"]
+    assert truth.get("uvloop"), "the requests did not run on uvloop"
+    # one hook per switch: uvloop's GOT before 3.14, the watcher alone since
+    assert truth["uvloop_hooked"] == (tuple(truth["python"]) < (3, 14)), truth["uvloop_hooked"]
     check_tasks_ground_truth(report)

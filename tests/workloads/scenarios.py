@@ -509,8 +509,12 @@ def tasks(tracer, args) -> dict:
         if args.loop == "uvloop":
             import uvloop
 
+            from otel_gil import _fastspan
+
             uvloop.run(phases())
             truth["uvloop"] = uvloop.__version__
+            truth["uvloop_hooked"] = _fastspan.module_switches().get("uvloop.loop", {}).get("hooked", False)
+            truth["python"] = list(sys.version_info[:2])
         else:
             asyncio.run(phases())
     finally:
