@@ -96,6 +96,7 @@ bench: host venv
 	$(SUDO) $(PY) bench/switches.py --steps 20000 --blocks 30 --rounds 5
 	$(SUDO) $(PY) bench/webload.py --rounds 20 --seconds 2
 	$(SUDO) $(PY) bench/asyncload.py --rounds 20 --seconds 2
+	$(SUDO) $(PY) bench/asyncload.py --rounds 20 --seconds 2 --loop uvloop
 	$(SUDO) $(PY) bench/peers.py --rounds 3 --seconds 5
 	$(SUDO) $(PY) bench/scale.py --threads 1000 --processes 100
 

@@ -40,7 +40,8 @@ setup(
                   optional=not required, depends=sorted(glob.glob("otel_gil/*.h")))
         for name, sources in (
             ("_inprocess", ["_inprocess", "got_patch"]),
-            ("_fastspan", ["_fastspan", "context_switches", "thread_names", "wait_ratios", "figure_checks"]),
+            ("_fastspan", ["_fastspan", "context_switches", "module_switches", "got_patch", "thread_names",
+                           "wait_ratios", "figure_checks"]),
         )
         if not (free_threaded and name == "_fastspan")
     ]

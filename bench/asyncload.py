@@ -1,7 +1,7 @@
-"""FastAPI on uvicorn (its asyncio loop) under wrk on loopback: none vs OpenTelemetry vs
-OpenTelemetry + otel-gil (in-process), side by side.
+"""FastAPI on uvicorn (its asyncio loop, or uvloop's) under wrk on loopback: none vs
+OpenTelemetry vs OpenTelemetry + otel-gil (in-process), side by side.
 
-    .venv/bin/python bench/asyncload.py [--rounds 20] [--seconds 2] [--baseline CHECKOUT]
+    .venv/bin/python bench/asyncload.py [--rounds 20] [--seconds 2] [--baseline CHECKOUT] [--loop uvloop]
 
 The app (bench/asyncload_app.py) has /hello (a constant), /work (about 1 ms of pure Python
 in two steps) and /fanout (three gather children, each a span of its own). Three uvicorn
@@ -12,10 +12,12 @@ servers (one process each, the asyncio loop) run side by side on 127.0.0.1, one 
   otel+gil       the same with otel-gil on, in-process: every task step and span a charge point
   otel+gil-baseline  with ``--baseline``: the same with another checkout's otel-gil (its C parts
                  built in place), e.g. the one before contexts were followed
+With ``--loop uvloop`` every server runs on uvloop's loop (``uvicorn --loop uvloop``), whose
+task steps otel-gil sees through uvloop's GOT entries of PyContext_Enter/Exit before 3.14.
 Load: wrk, 1 thread, 20 connections, sharing the machine's cores; each round loads every mode
 and route once for a few seconds, in rotating order, and the throughput ratio is the median
-over rounds of each round's own ratio. Writes the section "async http" of bench/RESULTS.md and
-the raw runs to bench/out/asyncload.json.
+over rounds of each round's own ratio. Writes the section "async http" (with uvloop: "async
+http on uvloop") of bench/RESULTS.md and the raw runs to bench/out/asyncload[-uvloop].json.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ PORTS = {"none": 8095, "otel": 8096, "otel+gil": 8097, "otel+gil-baseline": 8098
 BIN = Path(sys.executable).parent
 
 
-def start_server(mode: str, log: Path, baseline: Path | None = None) -> subprocess.Popen:
-    argv = [str(BIN / "uvicorn"), "--port", str(PORTS[mode]), "--loop", "asyncio", "--no-access-log", "asyncload_app:app"]
+def start_server(mode: str, log: Path, baseline: Path | None = None, loop: str = "asyncio") -> subprocess.Popen:
+    argv = [str(BIN / "uvicorn"), "--port", str(PORTS[mode]), "--loop", loop, "--no-access-log", "asyncload_app:app"]
     checkout = baseline if mode == "otel+gil-baseline" else ROOT
     env = {**os.environ, "PYTHONPATH": str(checkout), "OTEL_SERVICE_NAME": "bench-async", "OTEL_TRACES_EXPORTER": "none",
            "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none", "OTEL_GIL_BACKEND": "inprocess"}
@@ -76,6 +78,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=2, help="of load per mode, route and round")
     parser.add_argument("--baseline", type=Path, help="another otel-gil checkout (C parts built in place) beside")
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the servers' event loop")
     args = parser.parse_args()
     modes = MODES + (("otel+gil-baseline",) if args.baseline else ())
     work = Path(tempfile.mkdtemp(prefix="otel-gil-bench-"))
@@ -83,7 +86,7 @@ def main() -> int:
     servers = []
     try:
         for mode in modes:
-            servers.append(start_server(mode, work / f"{mode}.log", args.baseline))
+            servers.append(start_server(mode, work / f"{mode}.log", args.baseline, args.loop))
             for route in ROUTES:
                 wrk(PORTS[mode], route, 2, connections=20)  # warm-up
         logged = (work / "otel+gil.log").read_text()
@@ -100,15 +103,17 @@ def main() -> int:
             server.terminate()
             server.wait(30)
     results.OUT.mkdir(exist_ok=True)
-    (results.OUT / "asyncload.json").write_text(json.dumps(raw, indent=1))
+    uv = args.loop == "uvloop"
+    (results.OUT / f"asyncload{'-uvloop' if uv else ''}.json").write_text(json.dumps(raw, indent=1))
     med = {m: {r: {k: statistics.median(run[k] for run in raw[m][r]) for k in ("rps", "p50_ms", "p99_ms")}
                for r in ROUTES} for m in modes}
 
     def ratio(mode: str) -> dict[str, float]:
         return {r: statistics.median(g["rps"] / o["rps"] for g, o in zip(raw[mode][r], raw["otel"][r])) for r in ROUTES}
     lines = [
-        f"`.venv/bin/python bench/asyncload.py --rounds {args.rounds} --seconds {args.seconds:g}` on {results.machine()}. "
-        f"FastAPI on uvicorn's asyncio loop (one process), one server per mode side by side, wrk -t1 -c20 "
+        f"`.venv/bin/python bench/asyncload.py --rounds {args.rounds} --seconds {args.seconds:g}"
+        f"{' --loop uvloop' if uv else ''}` on {results.machine()}. "
+        f"FastAPI on uvicorn's {'uvloop' if uv else 'asyncio'} loop (one process), one server per mode side by side, wrk -t1 -c20 "
         f"-d{args.seconds:g}s --latency on loopback (sharing the 2 cores); {args.rounds} rounds, each loading every mode and "
         "route once in rotating order; medians over rounds, and the ratio is the median of each round's own. /work is "
         "about 1 ms of pure Python in two steps, /fanout three gather children with spans of their own. Traces are "
@@ -128,7 +133,7 @@ def main() -> int:
         lines.append(f"\nWith {args.baseline}'s otel-gil (`--baseline`, side by side): " + ", ".join(
             f"{r} {100 * ratio('otel+gil-baseline')[r]:.1f} %" for r in ROUTES) + ".")
     body = "\n".join(lines)
-    results.write_section("async http", body)
+    results.write_section("async http on uvloop" if uv else "async http", body)
     print(body)
     return 0
 

@@ -1,4 +1,5 @@
-"""What otel-gil adds to a switch of context: an asyncio task step, and a greenlet switch.
+"""What otel-gil adds to a switch of context: an asyncio task step (on asyncio's loop and on
+uvloop's), and a greenlet switch.
 
     .venv/bin/python bench/switches.py [--steps 20000] [--blocks 30] [--rounds 5]
 
@@ -11,6 +12,8 @@ hooks, are on:
   tasks        ten asyncio tasks, each in a span of its own, each ``await asyncio.sleep(0)``
                in a loop: a step enters the task's context and leaves it (Context.run
                replaced before 3.14, a context watcher since)
+  uvloop       the same tasks on uvloop's loop, which enters their contexts in C (its GOT
+               entries of PyContext_Enter/Exit hooked before 3.14, the watcher since)
   greenlets    two greenlets, each in a span of its own, switching to each other
                (greenlet.settrace, per thread); ``floor``: a tracer that does nothing, in C
                (``"".format``): what greenlet's own call of any tracer costs
@@ -35,7 +38,7 @@ import results  # noqa: E402
 
 CHILD = r"""
 import asyncio, json, statistics, sys, time
-import greenlet
+import greenlet, uvloop
 from opentelemetry.sdk.trace import TracerProvider
 from otel_gil.inprocess import InProcess
 from otel_gil.spans import GilSpanProcessor, hook_provider, unwrap_span, wrap_span
@@ -60,6 +63,11 @@ async def _gather():
 def tasks():
     t0 = time.perf_counter_ns()
     asyncio.run(_gather())
+    return (time.perf_counter_ns() - t0) / steps
+
+def uvloop_tasks():
+    t0 = time.perf_counter_ns()
+    uvloop.run(_gather())
     return (time.perf_counter_ns() - t0) / steps
 
 def greenlets():
@@ -87,10 +95,11 @@ def block(kind, on):
     else:
         unwrap_span()
         greenlet.settrace("".format if on == "floor" else None)
-    return {"tasks": tasks, "greenlets": greenlets}[kind]()
+    return {"tasks": tasks, "uvloop": uvloop_tasks, "greenlets": greenlets}[kind]()
 
 unwrap_span()
-MODES = [("tasks", "off"), ("tasks", "on"), ("greenlets", "off"), ("greenlets", "floor"), ("greenlets", "on")]
+MODES = [("tasks", "off"), ("tasks", "on"), ("uvloop", "off"), ("uvloop", "on"), ("greenlets", "off"),
+         ("greenlets", "floor"), ("greenlets", "on")]
 for kind, on in MODES:
     block(kind, on)  # warm-up
 times = {f"{kind}/{on}": [] for kind, on in MODES}
@@ -99,7 +108,7 @@ for _ in range(blocks):
         times[f"{kind}/{on}"].append(block(kind, on))
 print(json.dumps({mode: statistics.median(t) for mode, t in times.items()}))
 """
-MODES = ("tasks/off", "tasks/on", "greenlets/off", "greenlets/floor", "greenlets/on")
+MODES = ("tasks/off", "tasks/on", "uvloop/off", "uvloop/on", "greenlets/off", "greenlets/floor", "greenlets/on")
 
 
 def run(steps: int, blocks: int) -> dict:
@@ -124,7 +133,7 @@ def main() -> int:
     results.OUT.mkdir(exist_ok=True)
     (results.OUT / "switches.json").write_text(json.dumps(raw, indent=1))
     med = {m: statistics.median(raw[m]) for m in MODES}
-    added = {k: statistics.median(on - off for on, off in zip(raw[f"{k}/on"], raw[f"{k}/off"])) for k in ("tasks", "greenlets")}
+    added = {k: statistics.median(on - off for on, off in zip(raw[f"{k}/on"], raw[f"{k}/off"])) for k in ("tasks", "uvloop", "greenlets")}
     floor = statistics.median(f - off for f, off in zip(raw["greenlets/floor"], raw["greenlets/off"]))
     body = "\n".join([
         f"`.venv/bin/python bench/switches.py --steps {args.steps} --blocks {args.blocks} --rounds {args.rounds}` on "
@@ -138,7 +147,10 @@ def main() -> int:
         "",
         f"otel-gil adds **{added['tasks']:.0f} ns per asyncio task step**, two context switches (the task's context "
         f"entered and left): {added['tasks'] / 2:.0f} ns a switch (target ≤ 150 ns: "
-        f"{'met' if added['tasks'] / 2 <= 150 else 'not met'}); and **{added['greenlets']:.0f} ns per greenlet "
+        f"{'met' if added['tasks'] / 2 <= 150 else 'not met'}); **{added['uvloop']:.0f} ns per uvloop task step** "
+        f"(its GOT entries of PyContext_Enter/Exit hooked before 3.14: {added['uvloop'] / 2:.0f} ns a switch), on a "
+        f"step of {med['uvloop/off']:.0f} ns against asyncio's {med['tasks/off']:.0f}; and **{added['greenlets']:.0f} "
+        "ns per greenlet "
         f"switch** (target ≤ 150 ns: {'met' if added['greenlets'] <= 150 else 'not met'}), of which {floor:.0f} ns are "
         f"greenlet calling a tracer at all (`floor`: one that does nothing, in C) and {added['greenlets'] - floor:.0f} ns "
         "otel-gil's charge point; paired within rounds.",

@@ -757,6 +757,9 @@ static PyMethodDef module_methods[] = {
 	 "track_contexts(hooks, var, key): the hooks' spans get their own code's figures, on whichever thread, task "
 	 "or greenlet it runs (var: OpenTelemetry's ContextVar, key: the current span's key in it)."},
 	{"untrack_contexts", contexts_untrack, METH_NOARGS, "untrack_contexts(): undo track_contexts."},
+	{"module_switches", module_switches_state, METH_NOARGS,
+	 "module_switches() -> {module: {hooked, entries, object, error}}: the extension modules whose GOT entries of "
+	 "PyContext_Enter/Exit are (or were) hooked while contexts are tracked (before 3.14)."},
 	{"span_figures", checks_span_figures, METH_VARARGS,
 	 "span_figures(start, end, own, duration): the hooks' figures of a span whose thread's counters were start "
 	 "and end (each (wait_ns, hold_ns, acquisitions, convoy_waits, long_waits)), own an Own or None, duration ns: "

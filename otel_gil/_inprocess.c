@@ -50,6 +50,10 @@
 #include "got_patch.h"
 #include "py_versions.h"
 
+#if !defined(__x86_64__) && !defined(__aarch64__)
+#error "otel_gil._inprocess knows the GOT relocations of x86_64 and aarch64 only"
+#endif
+
 #define COND_STRIDE (sizeof(pthread_cond_t) + sizeof(pthread_mutex_t)) /* &gil->switch_cond - &gil->cond */
 
 typedef int (*signal_fn)(pthread_cond_t *);
@@ -352,6 +356,7 @@ static int allocate(uint32_t slots)
 }
 
 /* The symbols hooked: the GIL's hand-offs (the comment at the top of this file). */
+static struct got interpreter_got;
 static const struct got_hook hooked[] = {
 	{"pthread_cond_signal", (void *)hook_cond_signal, (void **)&real_signal},
 	{"pthread_cond_timedwait", (void *)hook_cond_timedwait, (void **)&real_timedwait},
@@ -360,14 +365,14 @@ static const struct got_hook hooked[] = {
 /* Swap the GOT entries; 0, or -1 with Unsupported set (nothing changed). */
 static int patch(void)
 {
-	switch (got_patch(hooked, sizeof(hooked) / sizeof(hooked[0]), (const void *)&PyEval_SaveThread)) {
+	switch (got_patch(&interpreter_got, hooked, sizeof(hooked) / sizeof(hooked[0]), (const void *)&PyEval_SaveThread)) {
 	case 0:
 		return 0;
 	case GOT_ERRNO:
 		PyErr_SetFromErrno(PyExc_OSError);
 		return -1;
 	default:
-		PyErr_SetString(Unsupported, got_error());
+		PyErr_Format(Unsupported, "the interpreter: %s; use the collector", interpreter_got.error);
 		return -1;
 	}
 }
@@ -383,7 +388,7 @@ static int learn_conds(void)
 	learner = 0;
 	if (nlearned < 2 || (char *)learned[1] - (char *)learned[0] != (ptrdiff_t)COND_STRIDE) {
 		PyErr_Format(Unsupported, "the GIL's condition variables were not recognised in %s (%d signal(s) seen, "
-			     "stride %zd, expected %zu)", got_object(), nlearned,
+			     "stride %zd, expected %zu)", interpreter_got.object, nlearned,
 			     nlearned == 2 ? (char *)learned[1] - (char *)learned[0] : (ptrdiff_t)0, COND_STRIDE);
 		return -1;
 	}
@@ -416,7 +421,7 @@ static PyObject *install_locked(PyObject *module, PyObject *args, PyObject *kwds
 	if (patch() != 0)
 		return NULL;
 	if (gil_cond == NULL && learn_conds() != 0) {
-		got_restore();
+		got_restore(&interpreter_got);
 		return NULL;
 	}
 	epoch++;
@@ -448,7 +453,7 @@ static PyObject *uninstall(PyObject *module, PyObject *unused)
 	__atomic_store_n(&active, 0, __ATOMIC_SEQ_CST);
 	if (ring != NULL && gil_cond != NULL)
 		close_open_intervals();
-	got_restore();
+	got_restore(&interpreter_got);
 	API_UNLOCK();
 	Py_RETURN_NONE;
 }
@@ -523,11 +528,10 @@ static PyObject *set_layout(PyObject *module, PyObject *arg) { return locked(set
 static PyObject *hooked_entries(PyObject *module, PyObject *unused)
 {
 	(void)module, (void)unused;
-	int ngot;
 	API_LOCK();
-	const struct got_entry *got = got_entries(&ngot);
+	const struct got_entry *got = interpreter_got.entries;
 	PyObject *list = PyList_New(0);
-	for (int i = 0; list != NULL && i < ngot; i++) {
+	for (int i = 0; list != NULL && i < interpreter_got.n; i++) {
 		PyObject *row = Py_BuildValue("{s:s,s:k,s:k,s:k,s:O}", "symbol", got[i].hooked->symbol, "address",
 					      (unsigned long)(uintptr_t)got[i].address, "value",
 					      (unsigned long)(uintptr_t)*got[i].address, "original",
@@ -550,7 +554,7 @@ static PyObject *fork_count(PyObject *module, PyObject *unused)
 static PyObject *object(PyObject *module, PyObject *unused)
 {
 	(void)module, (void)unused;
-	return PyUnicode_DecodeFSDefault(got_object());
+	return PyUnicode_DecodeFSDefault(interpreter_got.object);
 }
 
 static PyMethodDef methods[] = {

@@ -12,13 +12,15 @@
  *                 to_thread, anyio and asgiref workers;
  *       3.9-3.13  contextvars.Context.run, replaced in the type: stdlib loops run every
  *                 task step and callback through it (Handle._run), and so do those workers;
+ *       3.9-3.13  the GOT entries of PyContext_Enter/Exit in extension modules that
+ *                 enter contexts in C (module_switches.c): uvloop's callbacks;
  *       greenlet.settrace (per thread, set at its first span): gevent, eventlet;
  *   - a span's start (it runs from then on) and end (what ran before it runs again).
  * Whose code runs after a switch: the span current in the context switched to
  * (OpenTelemetry's ContextVar), if these hooks snapshot it.
  *
- * Switches no hook sees (uvloop before 3.14, a C extension entering contexts,
- * greenlets switched before their thread's trace was set) are caught where they can
+ * Switches no hook sees (uvloop where its GOT cannot be hooked, other C extensions
+ * entering contexts, greenlets switched before their thread's trace was set) are caught where they can
  * be: at a charge point, a context other than the one last switched to whose span is
  * not the one running; and, before 3.14, a running loop that is not a stdlib loop.
  * The thread is then marked for good, and every span its charges reach says
@@ -347,7 +349,7 @@ static void check_loop(Charges *tc)
 		return;
 	}
 	if (loop != tc->loop) {
-		tc->loop_seen = PyObject_IsInstance(loop, base_loop) == 1;
+		tc->loop_seen = PyObject_IsInstance(loop, base_loop) == 1 || module_switches_loop(loop);
 		PyErr_Clear();
 		Py_XSETREF(tc->loop, loop);
 	} else {
@@ -487,7 +489,7 @@ void context_start(Hooks *hooks, Start *start, PyObject *span)
 	if (tc->tracer == NULL)
 		trace_greenlets(tc);
 #if !PY_3_14_OR_LATER
-	if (tc->switches == 0) /* a thread whose switches the hooks see runs a stdlib loop, if any */
+	if (tc->switches == 0 || tc->loop == NULL) /* a thread whose switches the hooks see runs a loop they see, if any */
 		check_loop(tc);
 #endif
 	if (hooks->ring != start->ring)
@@ -551,6 +553,19 @@ void context_end(Start *start, PyObject *span)
 }
 
 /* ---------------------------------------------------------------- the switch hooks */
+
+void context_switched(void)
+{
+	if (tracking == NULL)
+		return;
+	PyObject *type, *value, *traceback;
+	PyErr_Fetch(&type, &value, &traceback);
+	Charges *tc = charges_here();
+	if (tc != NULL)
+		switched(tc, NULL, 1);
+	PyErr_Clear();
+	PyErr_Restore(type, value, traceback);
+}
 
 #if !PY_3_14_OR_LATER
 /* contextvars.Context.run in the type's place: the same, with a charge point as the
@@ -671,14 +686,8 @@ static int watcher = -1;
 /* Every Context enter and exit: a charge point. Called with any exception of the caller set. */
 static int on_context_switched(PyContextEvent event, PyObject *ctx)
 {
-	if (event != Py_CONTEXT_SWITCHED || tracking == NULL)
-		return 0;
-	PyObject *raised = PyErr_GetRaisedException();
-	Charges *tc = charges_here();
-	if (tc != NULL)
-		switched(tc, NULL, 1);
-	PyErr_Clear();
-	PyErr_SetRaisedException(raised);
+	if (event == Py_CONTEXT_SWITCHED)
+		context_switched();
 	return 0;
 }
 
@@ -709,6 +718,7 @@ PyObject *contexts_track(PyObject *module, PyObject *const *args, Py_ssize_t nar
 	}
 	if (hook_switches())
 		return NULL;
+	module_switches_hook();
 	Py_INCREF(args[0]);
 	Py_INCREF(args[1]);
 	Py_INCREF(args[2]);
@@ -725,6 +735,7 @@ PyObject *contexts_untrack(PyObject *module, PyObject *unused)
 		epoch++;
 	Py_CLEAR(tracking);
 	unhook_switches();
+	module_switches_unhook();
 	Py_RETURN_NONE;
 }
 

@@ -226,5 +226,18 @@ HIDDEN void context_end(Start *start, PyObject *span);
 HIDDEN PyObject *contexts_track(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 HIDDEN PyObject *contexts_untrack(PyObject *module, PyObject *unused);
 HIDDEN PyObject *contexts_held_by(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+/* A context entered or left where no hook of context_switches.c sees it: a charge point
+ * (with the GIL; any exception the caller has set is kept). */
+HIDDEN void context_switched(void);
+
+/* module_switches.c: extension modules that enter contexts in C (uvloop), before 3.14. */
+/* Hook those loaded now (and not hooked yet, nor failed). */
+HIDDEN void module_switches_hook(void);
+/* Whether `loop` is the event loop of a hooked module (hooks those loaded first). */
+HIDDEN int module_switches_loop(PyObject *loop);
+/* Restore every module's entries. */
+HIDDEN void module_switches_unhook(void);
+/* _fastspan.module_switches(): {module: {hooked, entries, object, error}}. */
+HIDDEN PyObject *module_switches_state(PyObject *module, PyObject *unused);
 
 #endif

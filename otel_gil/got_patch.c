@@ -1,8 +1,8 @@
-/* GOT patching (got_patch.h): the interpreter calls libc through its GOT (JUMP_SLOT
- * relocations, or GLOB_DAT in -fno-plt builds). got_patch() finds the ELF object that
- * holds the interpreter (dl_iterate_phdr), collects the GOT entries of the hooked
- * symbols from its dynamic relocations, and swaps each for its hook with one aligned
- * store, through a writable window where ld.so made the page read-only (full RELRO).
+/* GOT patching (got_patch.h): an ELF object calls other objects' functions through its
+ * GOT (JUMP_SLOT relocations, or GLOB_DAT in -fno-plt builds). got_patch() finds the
+ * object that holds a given address (dl_iterate_phdr), collects the GOT entries of the
+ * hooked symbols from its dynamic relocations, and swaps each for its hook with one
+ * aligned store, through a writable window where ld.so made the page read-only (full RELRO).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -26,18 +26,14 @@
 #define R_JUMP_SLOT R_AARCH64_JUMP_SLOT
 #define R_GLOB_DAT R_AARCH64_GLOB_DAT
 #else
-#error "otel_gil._inprocess knows the GOT relocations of x86_64 and aarch64 only"
+#define MACHINE_UNKNOWN /* got_patch says so, and finds nothing (no relocation has these types) */
+#define R_JUMP_SLOT (~0UL)
+#define R_GLOB_DAT (~0UL)
 #endif
 
-#define MAX_GOT 8
-
-static struct got_entry got[MAX_GOT];
-static int ngot;
-static char object_name[512]; /* the ELF object patched, for messages */
-static char error[768];
-
 struct search {
-	uintptr_t inside; /* an address of the interpreter's code */
+	struct got *got;
+	uintptr_t inside; /* an address inside the object */
 	const struct got_hook *hooks;
 	int nhooks;
 	int found;
@@ -80,17 +76,18 @@ static void collect_relocs(const struct search *search, struct dl_phdr_info *inf
 		if (type != R_JUMP_SLOT && type != R_GLOB_DAT)
 			continue;
 		const struct got_hook *hooked = hook_of(search, strtab + symtab[ELF64_R_SYM(rel[i].r_info)].st_name);
-		if (hooked == NULL || ngot == MAX_GOT)
+		struct got *got = search->got;
+		if (hooked == NULL || got->n == MAX_GOT)
 			continue;
 		uintptr_t address = info->dlpi_addr + rel[i].r_offset;
-		got[ngot].address = (void **)address;
-		got[ngot].hooked = hooked;
-		got[ngot].relro = is_relro(info, address);
-		ngot++;
+		got->entries[got->n].address = (void **)address;
+		got->entries[got->n].hooked = hooked;
+		got->entries[got->n].relro = is_relro(info, address);
+		got->n++;
 	}
 }
 
-static int find_interpreter(struct dl_phdr_info *info, size_t size, void *data)
+static int find_object(struct dl_phdr_info *info, size_t size, void *data)
 {
 	struct search *search = data;
 	const ElfW(Dyn) *dyn = NULL;
@@ -107,7 +104,7 @@ static int find_interpreter(struct dl_phdr_info *info, size_t size, void *data)
 	if (!inside)
 		return 0;
 	search->found = 1;
-	snprintf(object_name, sizeof(object_name), "%s", info->dlpi_name && *info->dlpi_name ? info->dlpi_name : "the executable");
+	snprintf(search->got->object, sizeof(search->got->object), "%s", info->dlpi_name && *info->dlpi_name ? info->dlpi_name : "the executable");
 	if (dyn == NULL) {
 		search->error = "has no dynamic section (a fully static build has no GOT to hook)";
 		return 1;
@@ -138,26 +135,26 @@ static int find_interpreter(struct dl_phdr_info *info, size_t size, void *data)
 }
 
 /* The entries of every hooked symbol, and the real functions; 0, or GOT_UNSUPPORTED. */
-static int find_entries(const struct got_hook *hooks, int n, const void *inside_interpreter)
+static int find_entries(struct got *got, const struct got_hook *hooks, int n, const void *inside)
 {
-	struct search search = {(uintptr_t)inside_interpreter, hooks, n, 0, NULL};
-	dl_iterate_phdr(find_interpreter, &search);
+	struct search search = {got, (uintptr_t)inside, hooks, n, 0, NULL};
+	dl_iterate_phdr(find_object, &search);
 	if (!search.found || search.error) {
-		snprintf(error, sizeof(error), "the interpreter's ELF object (%s) %s", search.found ? object_name : "?",
+		snprintf(got->error, sizeof(got->error), "the ELF object (%s) %s", search.found ? got->object : "?",
 			 search.found ? search.error : "was not found among the loaded objects");
 		return GOT_UNSUPPORTED;
 	}
 	for (int h = 0; h < n; h++) {
 		int found = 0;
-		for (int i = 0; i < ngot; i++)
-			found |= got[i].hooked == &hooks[h];
+		for (int i = 0; i < got->n; i++)
+			found |= got->entries[i].hooked == &hooks[h];
 		if (!found) {
-			snprintf(error, sizeof(error), "%s calls %s through no GOT entry (a static or unusual build): "
-				 "use the collector", object_name, hooks[h].symbol);
+			snprintf(got->error, sizeof(got->error), "%s calls %s through no GOT entry (a static or unusual "
+				 "build)", got->object, hooks[h].symbol);
 			return GOT_UNSUPPORTED;
 		}
 		if ((*hooks[h].real = dlsym(RTLD_DEFAULT, hooks[h].symbol)) == NULL) {
-			snprintf(error, sizeof(error), "dlsym found no %s", hooks[h].symbol);
+			snprintf(got->error, sizeof(got->error), "dlsym found no %s", hooks[h].symbol);
 			return GOT_UNSUPPORTED;
 		}
 	}
@@ -177,20 +174,27 @@ static int store_got(const struct got_entry *entry, void *value)
 	return 0;
 }
 
-int got_patch(const struct got_hook *hooks, int n, const void *inside_interpreter)
+int got_patch(struct got *got, const struct got_hook *hooks, int n, const void *inside)
 {
-	if (ngot == 0) {
-		int failed = find_entries(hooks, n, inside_interpreter);
+#ifdef MACHINE_UNKNOWN
+	snprintf(got->error, sizeof(got->error), "the GOT relocations of x86_64 and aarch64 only are known");
+	return GOT_UNSUPPORTED;
+#endif
+	if (got->n == 0) {
+		int failed = find_entries(got, hooks, n, inside);
 		if (failed) {
-			ngot = 0;
+			got->n = 0;
 			return failed;
 		}
 	}
-	for (int i = 0; i < ngot; i++) {
-		got[i].original = *got[i].address;
-		if (store_got(&got[i], got[i].hooked->hook) != 0) {
+	for (int i = 0; i < got->n; i++) {
+		struct got_entry *entry = &got->entries[i];
+		if (*entry->address == entry->hooked->hook)
+			continue; /* patched already: its original stays the one saved then */
+		entry->original = *entry->address;
+		if (store_got(entry, entry->hooked->hook) != 0) {
 			int saved = errno;
-			got_restore();
+			got_restore(got);
 			errno = saved;
 			return GOT_ERRNO;
 		}
@@ -198,19 +202,9 @@ int got_patch(const struct got_hook *hooks, int n, const void *inside_interprete
 	return 0;
 }
 
-void got_restore(void)
+void got_restore(struct got *got)
 {
-	for (int i = 0; i < ngot; i++)
-		if (*got[i].address == got[i].hooked->hook)
-			store_got(&got[i], got[i].original);
-}
-
-const char *got_error(void) { return error; }
-
-const char *got_object(void) { return object_name; }
-
-const struct got_entry *got_entries(int *n)
-{
-	*n = ngot;
-	return got;
+	for (int i = 0; i < got->n; i++)
+		if (*got->entries[i].address == got->entries[i].hooked->hook)
+			store_got(&got->entries[i], got->entries[i].original);
 }

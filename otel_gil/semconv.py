@@ -54,8 +54,9 @@ GIL_TURNED_ON = _status("gil_turned_on", "a free-threaded build's GIL was turned
 CROSS_THREAD = _status("cross_thread", "ended on another thread than it started on")
 COLLECTOR_CHANGED = _status("collector_changed", "the process registered anew while the span ran (the collector "
                                                  "restarted, the in-process backend stood in or stepped back)")
-SHARED_THREAD = _status("shared_thread", "its thread ran other requests' code in turns no hook sees (uvloop before "
-                                         "3.14): no hold figure, the thread's waits only")
+SHARED_THREAD = _status("shared_thread", "its thread ran other requests' code in turns no hook sees (an event loop "
+                                         "or C extension that enters contexts unseen): no hold figure, the thread's "
+                                         "waits only")
 UNTRACKED = _status("untracked", "otel-gil was uninstrumented while its code shared a thread or ran on others")
 END_PASSED = _status("end_time_passed", "ended with an explicit `end_time` in the past, and the thread took the GIL "
                                         "again after it: its figures up to then are no longer in its slot")

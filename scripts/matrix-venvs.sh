@@ -26,6 +26,11 @@ for v in "${versions[@]}"; do
     pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
+# uvloop (a wheel for each version), for the tasks scenario on its loop; also in venvs made before.
+for v in 3.9 3.10 3.11 3.12 3.13; do
+    compgen -G ".venv-matrix/$v/lib/python$v/site-packages/uvloop/__init__.py" >/dev/null \
+        || ".venv-matrix/$v/bin/python" -m pip install -q --only-binary uvloop uvloop
+done
 # Built since the last change to what the build reads, and still there: nothing to do.
 built() {
     local stamp=".venv-matrix/$1/.built" m

@@ -21,6 +21,7 @@ set -euo pipefail
 cache=${OTEL_GIL_CACHE:-/var/cache/otel-gil}/rootfs
 mirror=${OTEL_GIL_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 deps=(opentelemetry-sdk opentelemetry-instrumentation wrapt setuptools)
+deps+=(uvloop)  # the tasks scenario on uvloop's loop too (a wheel for each version)
 
 recipe() {  # NAME -> suite, architecture, kind (dev: the matrix's; slim: the wheels'), pythons
     case $1 in

@@ -38,3 +38,16 @@ def test_each_task_gets_its_own_figures(collector, backend, interpreter):
     request the loop ran. Switches are seen through Context.run (3.9-3.13) or the context
     watcher (3.14+)."""
     check_tasks_ground_truth(run_scenario("tasks", collector.address, runner=interpreter, backend=backend))
+
+
+@pytest.mark.parametrize("backend, interpreter", TASK_CASES, indirect=["interpreter"])
+def test_each_task_on_uvloop_gets_its_own_figures(collector, backend, interpreter):
+    """The same requests on uvloop's loop (a wheel for every build), which enters its tasks'
+    contexts in C: seen through its GOT entries of PyContext_Enter/Exit (3.9-3.13, hooked when
+    the loop is first seen) or the context watcher (3.14+)."""
+    report = run_scenario("tasks", collector.address, "--loop", "uvloop", runner=interpreter, backend=backend)
+    truth = report["truth"]
+    assert truth.get("uvloop"), "the requests did not run on uvloop"
+    # one hook per switch: uvloop's GOT before 3.14, the watcher alone since
+    assert truth["uvloop_hooked"] == (tuple(truth["python"]) < (3, 14)), truth["uvloop_hooked"]
+    check_tasks_ground_truth(report)

@@ -6,6 +6,10 @@ contexts; the Python hooks cannot and give ``gil.status=shared_thread`` on share
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import ctypes
+import json
+import os
 import sys
 import threading
 import time
@@ -230,25 +234,126 @@ def test_an_end_time_before_the_last_charge_gets_no_figures(c_hooks):
     assert named(exporter)["request"]["gil.status"] == END_PASSED
 
 
-def test_a_loop_whose_switches_are_unseen_says_so(loop_thread, fast):
-    """uvloop enters its tasks' contexts in C, which only the context watchers of 3.14+ see."""
-    uvloop = pytest.importorskip("uvloop")
-    tracer, _, slot, exporter = loop_thread
+# Loops that enter their tasks' contexts in C (otel_gil/module_switches.c): how each runs a coroutine.
+C_LOOPS = {"uvloop": lambda uvloop, main: uvloop.run(main),
+           "rloop": lambda rloop, main: rloop.new_event_loop().run_until_complete(main)}
 
+
+async def two_requests(tracer, slot) -> None:
+    """Requests ``a`` and ``b`` on one loop, each holding 1 ms (in ``slot``, its thread's) in a step."""
     async def request(name: str) -> None:
         with tracer.start_as_current_span(name):
             hold(slot, 1)
             await asyncio.sleep(0)
 
-    async def main() -> None:
-        await asyncio.gather(request("a"), request("b"))
+    await asyncio.gather(request("a"), request("b"))
 
-    uvloop.run(main())
+
+def holds(exporter) -> tuple:
     got = named(exporter)
-    if fast and sys.version_info >= (3, 14):
-        assert (got["a"]["gil.hold_ms"], got["b"]["gil.hold_ms"]) == (1.0, 1.0), got
+    return got["a"].get("gil.hold_ms"), got["b"].get("gil.hold_ms")
+
+
+@pytest.mark.parametrize("name", C_LOOPS)
+def test_tasks_on_a_loop_written_in_c_get_their_own_hold(loop_thread, fast, name):
+    """uvloop and rloop enter their tasks' contexts in C: the C hooks see it through their GOT
+    entries of PyContext_Enter/Exit (3.9-3.13) or the context watchers (3.14+); the Python
+    hooks see no switch and say so."""
+    module = pytest.importorskip(name)
+    tracer, _, slot, exporter = loop_thread
+    C_LOOPS[name](module, two_requests(tracer, slot))
+    got = named(exporter)
+    if fast:
+        assert holds(exporter) == (1.0, 1.0), got
     else:
         assert {attrs.get("gil.status") for attrs in got.values()} == {SHARED_THREAD}, got
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 14), reason="3.14's context watchers see them: no GOT entry is hooked")
+@pytest.mark.parametrize("name, module", [("uvloop", "uvloop.loop"), ("rloop", "rloop._rloop")])
+def test_got_entries_are_hooked_while_tracking_and_restored_after(name, module):
+    """A loop's module loaded before instrument(): its GOT entries of PyContext_Enter and
+    PyContext_Exit point to the hooks while contexts are tracked, and hold their own values
+    again after."""
+    pytest.importorskip(name)
+    from otel_gil import _fastspan
+
+    def entries() -> dict[str, tuple[bool, int]]:
+        state = _fastspan.module_switches()[module]
+        return {e["symbol"]: (e["hooked"], ctypes.c_void_p.from_address(e["address"]).value)
+                for e in state["entries"]}
+
+    before = entries()  # empty until first hooked: no entry found yet
+    with hooked(FakeRegistration(make_ring()), True):
+        state = _fastspan.module_switches()[module]
+        assert state["hooked"] and state["error"] == "" and f"/{name}/" in state["object"], state
+        during = entries()
+    after = entries()
+    assert set(during) == {"PyContext_Enter", "PyContext_Exit"}, during
+    assert all(hooked_ for hooked_, _ in during.values()), during
+    assert not any(hooked_ for hooked_, _ in after.values()), after
+    assert all(after[s][1] != during[s][1] for s in during), (during, after)
+    assert not before or before == after, (before, after)
+    assert not _fastspan.module_switches()[module]["hooked"]
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 14), reason="3.14's context watchers see uvloop: no GOT entry is hooked")
+def test_uvloop_loaded_after_instrument_is_hooked_when_its_loop_is_first_seen():
+    """uvloop imported after instrument() (as uvicorn does under opentelemetry-instrument) is
+    hooked at the first span that sees its loop running, also on a thread whose contexts
+    switched before (a Context.run of the app's own)."""
+    uvloop = pytest.importorskip("uvloop")
+    from otel_gil import _fastspan
+
+    module = sys.modules.pop("uvloop.loop")  # not loaded yet, as far as instrument() can tell
+    ring = make_ring()
+    try:
+        with hooked(FakeRegistration(ring), True) as (tracer, _, exporter):
+            sys.modules["uvloop.loop"] = module
+            assert not _fastspan.module_switches()["uvloop.loop"]["hooked"]
+
+            def loop_thread() -> None:
+                slot = my_slot(ring)
+                contextvars.copy_context().run(lambda: None)  # a switch seen before any span
+                uvloop.run(two_requests(tracer, slot))
+
+            thread = threading.Thread(target=loop_thread)
+            thread.start()
+            thread.join()
+            assert _fastspan.module_switches()["uvloop.loop"]["hooked"]
+    finally:
+        sys.modules["uvloop.loop"] = module
+    assert holds(exporter) == (1.0, 1.0), named(exporter)
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 14), reason="3.14's context watchers see uvloop: no GOT entry is hooked")
+def test_a_forked_child_keeps_uvloops_hooks_and_restores_its_own():
+    """A child forked while uvloop's entries are hooked runs its tasks with their own figures,
+    and its uninstrument restores its own entries (the parent's stay hooked)."""
+    uvloop = pytest.importorskip("uvloop")
+    from otel_gil import _fastspan
+
+    def hooked_now() -> list[bool]:
+        return [e["hooked"] for e in _fastspan.module_switches()["uvloop.loop"]["entries"]]
+
+    ring = make_ring()
+    with hooked(FakeRegistration(ring), True) as (tracer, _, exporter):
+        assert hooked_now() == [True, True]
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report, then leave without pytest's teardown
+            try:
+                uvloop.run(two_requests(tracer, my_slot(ring)))
+                spans.unwrap_span()
+                os.write(w, json.dumps({"holds": holds(exporter), "after": hooked_now()}).encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        with os.fdopen(r) as pipe:
+            child = json.loads(pipe.read() or "{}")
+        os.waitpid(pid, 0)
+        assert hooked_now() == [True, True]  # the parent's
+    assert child == {"holds": [1.0, 1.0], "after": [False, False]}, child
 
 
 def test_a_span_that_lived_through_an_uninstrument_says_so():

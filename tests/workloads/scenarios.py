@@ -390,6 +390,7 @@ def tasks(tracer, args) -> dict:
        for the GIL on each wake-up while the loop runs requests: the request whose code the
        loop ran during a wait is known from the requests' pieces (wall clock intervals).
 
+    The loop is asyncio's, or uvloop's (``--loop uvloop``: it enters contexts in C).
     own_time.py says how a piece's truth is timed.
     """
     import asyncio
@@ -505,7 +506,17 @@ def tasks(tracer, args) -> dict:
     for t in threads:
         t.start()
     try:
-        asyncio.run(phases())
+        if args.loop == "uvloop":
+            import uvloop
+
+            from otel_gil import _fastspan
+
+            uvloop.run(phases())
+            truth["uvloop"] = uvloop.__version__
+            truth["uvloop_hooked"] = _fastspan.module_switches().get("uvloop.loop", {}).get("hooked", False)
+            truth["python"] = list(sys.version_info[:2])
+        else:
+            asyncio.run(phases())
     finally:
         stop.set()
         hog_on.set()
@@ -668,6 +679,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20, help="requests: per request thread")
     parser.add_argument("--spans", type=int, default=30, help="cfork: spans the child makes")
     parser.add_argument("--in-flight", type=int, default=20, help="tasks: requests at once")
+    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio", help="tasks: whose event loop")
     parser.add_argument("--reuse-tid", action="store_true",
                         help="short: the hog's tid to a later thread (root, in a pid namespace of its own)")
     parser.add_argument("--legacy", help="turned_on: the module to import (an extension without Py_mod_gil); "

@@ -1,7 +1,8 @@
 """A soak: every span's GIL figures checked against their invariants while threads churn,
 the process forks and otel-gil is instrumented and uninstrumented under it.
 
-Usage: python soak.py SOCKET --seconds S [--forks] [--toggle] [--reuse-tids] [--subinterpreter];
+Usage: python soak.py SOCKET --seconds S [--forks] [--toggle] [--reuse-tids] [--subinterpreter]
+[--tasks] [--uvloop];
 prints one JSON document. OTEL_GIL_BACKEND picks the writer. Threads come and go (two loops
 keeping 30 alive, each thread one span of 1-20 x (0.5 ms sleep + a little CPU)); with
 --reuse-tids (root) each new thread is given the id of one that just exited where the kernel
@@ -19,7 +20,11 @@ fails the run (``errors``), and so does a slot still held by a thread that is go
 With --tasks, a thread runs an asyncio loop with 20 requests in flight, each a span whose
 code runs in steps between awaits, two ``gather`` children with spans of their own, and for
 every fourth request a piece on a worker thread (``to_thread``); its spans get their own
-code's figures (the context switches are charge points).
+code's figures (the context switches are charge points). With --uvloop, another thread runs
+the same on uvloop's loop (it enters contexts in C: before 3.14 its GOT entries of
+PyContext_Enter/Exit are hooked and restored with every instrument/uninstrument; a child
+forked meanwhile inherits them hooked). No child runs a uvloop loop: libuv's global state
+(its signal lock) may be held by the parent's loop thread at the fork.
 
 Invariants of a span: with ``gil.status`` set, no ``gil.*`` figure (but the thread's waits on
 a ``shared_thread``); else figures >= 0, and per thread its figures fit in its duration: on
@@ -89,6 +94,7 @@ class Checker(SpanExporter):
 
     def __init__(self) -> None:
         self.spans = self.with_figures = self.unhooked = self.own = 0  # own: figures of a shared thread's span
+        self.own_uvloop = 0  # of those, uvloop's
         self.statuses: dict[str, int] = {}
         self.violations: list[dict] = []
         self.violated = 0
@@ -109,6 +115,7 @@ class Checker(SpanExporter):
                 self.unhooked += not hooked
                 self.with_figures += hooked and "gil.status" not in span.attributes
                 self.own += "gil.others_hold_ms" in span.attributes
+                self.own_uvloop += "gil.others_hold_ms" in span.attributes and span.name.startswith("uv-")
                 if "gil.status" in span.attributes:
                     status = span.attributes["gil.status"]
                     self.statuses[status] = self.statuses.get(status, 0) + 1
@@ -156,21 +163,24 @@ def churn(tracer, stop: threading.Event, tids: list, reuse: bool, alive: int = 3
         t.join()
 
 
-def requests_on_a_loop(tracer, stop: threading.Event, in_flight: int = 20) -> None:
-    """An asyncio loop running ``in_flight`` requests at a time until stopped (see the top)."""
+def requests_on_a_loop(tracer, stop: threading.Event, in_flight: int = 20, loop: str = "asyncio") -> None:
+    """An event loop, asyncio's or uvloop's, running ``in_flight`` requests at a time until
+    stopped (see the top); uvloop's spans are named ``uv-*``."""
     import asyncio
+
+    prefix = "uv-" if loop == "uvloop" else ""
 
     def cpu() -> None:
         sum(i * i for i in range(random.randint(100, 2000)))
 
     async def child() -> None:
-        with start_span(tracer, "child"):
+        with start_span(tracer, f"{prefix}child"):
             cpu()
             await asyncio.sleep(0.0005)
             cpu()
 
     async def request(n: int) -> None:
-        with start_span(tracer, "task") as span:
+        with start_span(tracer, f"{prefix}task") as span:
             for _ in range(random.randint(1, 5)):
                 cpu()
                 await asyncio.sleep(0.0005)
@@ -185,7 +195,12 @@ def requests_on_a_loop(tracer, stop: threading.Event, in_flight: int = 20) -> No
             await asyncio.gather(*(request(n + k) for k in range(in_flight)))
             n += in_flight
 
-    asyncio.run(run())
+    if loop == "uvloop":
+        import uvloop
+
+        uvloop.run(run())
+    else:
+        asyncio.run(run())
 
 
 SUBINTERPRETER = """
@@ -296,6 +311,7 @@ def main() -> None:
     parser.add_argument("--reuse-tids", action="store_true")
     parser.add_argument("--subinterpreter", action="store_true")
     parser.add_argument("--tasks", action="store_true", help="an asyncio loop with 20 requests in flight too")
+    parser.add_argument("--uvloop", action="store_true", help="a uvloop loop with 20 requests in flight too")
     args = parser.parse_args()
     checker, reader = Checker(), InMemoryMetricReader()
     provider = TracerProvider()
@@ -314,6 +330,8 @@ def main() -> None:
         helpers.append(threading.Thread(target=toggler, args=(instrumentor, kwargs, stop, toggles)))
     if args.tasks:
         helpers.append(threading.Thread(target=requests_on_a_loop, args=(tracer, stop), name="loop"))
+    if args.uvloop:
+        helpers.append(threading.Thread(target=requests_on_a_loop, args=(tracer, stop, 20, "uvloop"), name="uvloop"))
     for t in helpers:
         t.start()
     metric_drops, reads, first, last = [], 0, None, {}
@@ -340,7 +358,7 @@ def main() -> None:
     grown = {name: last.get(name, 0) - value for name, value in (first or {}).items()}  # in the second half
     print(json.dumps({"python": sys.version.split()[0], "backend": os.environ.get("OTEL_GIL_BACKEND", "auto"),
                       "seconds": args.seconds, "spans": checker.spans, "with_figures": checker.with_figures, "unhooked": checker.unhooked,
-                      "own": checker.own,
+                      "own": checker.own, "own_uvloop": checker.own_uvloop,
                       "statuses": checker.statuses, "threads": len(tids), "tids_reused": len(tids) - len(set(tids)),
                       "subinterpreter": bool(ran), "errors": errors, "leaked_slots": leaked_slots(instrumentor),
                       "violated": checker.violated, "violations": checker.violations, "children": children,
