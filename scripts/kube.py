@@ -48,8 +48,8 @@ APPS = {
               "flask_app", "GET /io"),
     "django": ("wsgi", lambda port: ["gunicorn", "-b", f"127.0.0.1:{port}", "-w", "1", "-k", "gthread", "gilsite.wsgi"],
                "django_app", "GET io"),
-    "fastapi": ("asgi", lambda port: ["uvicorn", "--host", "127.0.0.1", "--port", str(port), "fastapi_app:app"],
-                "kube", "GET /io"),
+    "fastapi": ("asgi", lambda port: ["uvicorn", "--host", "127.0.0.1", "--port", str(port), "--loop", "asyncio", "app:app"],
+                "async_app", "GET /io"),
 }
 HOG = {"EXAMPLE_HOG_BUSY_MS": "20", "EXAMPLE_HOG_PERIOD_MS": "100"}  # waits to measure, on a shared 2-core host
 LOG_LINES = 40
