@@ -12,6 +12,7 @@ import subprocess
 import time
 
 import pytest
+import yaml
 
 from helpers import stack
 
@@ -78,6 +79,29 @@ def test_mismatched_tree_serves_and_says_why(pods):
     assert not any("gil.wait_ms" in s["tags"] for s in spans)
     said = [line for line in kube.logs(MISMATCH.name, lines=500).splitlines() if "otel_gil._inprocess was not built" in line]
     assert said, kube.failed(MISMATCH, "its log does not say why it has no figures")
+
+
+def test_local_debian_base_runs_a_pods_command_by_name(tmp_path):
+    """A Pod's ``command: [cp, ...]`` in debian:bookworm-slim as scripts/images.sh builds it (the
+    Operator's init containers run cp so): found on the official image's PATH. Before the
+    image had one, podman kube play failed with 'exec: "cp": executable file not found in $PATH'."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "kube-test-debian-path"},
+           "spec": {"restartPolicy": "Never", "containers": [
+               {"name": "cp", "image": "docker.io/library/debian:bookworm-slim", "imagePullPolicy": "Never",
+                "command": ["cp", "/etc/debian_version", "/tmp/"]}]}}
+    path = tmp_path / "pod.yaml"
+    path.write_text(yaml.safe_dump(pod))
+    try:
+        played = subprocess.run(["podman", "kube", "play", str(path)], capture_output=True, text=True, timeout=120)
+        assert played.returncode == 0, played.stderr
+        deadline = time.monotonic() + 30
+        while (state := kube.run("podman", "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}",
+                                 "kube-test-debian-path-cp").split())[0] != "exited":
+            assert time.monotonic() < deadline, state
+            time.sleep(0.5)
+        assert state[1] == "0", kube.logs("kube-test-debian-path", "cp")
+    finally:
+        kube.down(path)
 
 
 def test_kube_down_leaves_nothing(pods):
