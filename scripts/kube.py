@@ -53,6 +53,9 @@ APPS = {
 }
 HOG = {"EXAMPLE_HOG_BUSY_MS": "20", "EXAMPLE_HOG_PERIOD_MS": "100"}  # waits to measure, on a shared 2-core host
 LOG_LINES = 40
+DAEMONSET = ROOT / "deploy" / "kubernetes" / "collector-daemonset.yaml"
+COLLECTOR_IMAGE = "docker.io/otel-gil/collector:latest"  # collector/Dockerfile, as docker-compose.yml tags it
+SOCKET_MOUNT = "/run/otel-gil"  # where app-pod.yaml mounts the collector's socket directory
 
 
 class KubeError(RuntimeError):
@@ -68,6 +71,7 @@ class AppPod:
     python: str
     port: int
     platform: str = "glibc"  # the instrumentation.opentelemetry.io/otel-python-platform annotation
+    socket_dir: str = ""  # a collector's socket directory on the host (deploy/kubernetes/app-pod.yaml), if any
 
     @property
     def service(self) -> str:
@@ -111,6 +115,11 @@ class AppPod:
             "OTEL_BSP_SCHEDULE_DELAY": "1000",
             **HOG,
         }
+        volumes, mounts = [{"name": volume, "emptyDir": {}}], [mount]
+        if self.socket_dir:
+            env["OTEL_GIL_SOCKET"] = f"{SOCKET_MOUNT}/otel-gil.sock"
+            volumes.append({"name": f"{self.name}-socket", "hostPath": {"path": self.socket_dir, "type": "Directory"}})
+            mounts.append({"name": f"{self.name}-socket", "mountPath": SOCKET_MOUNT})
         return {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -124,10 +133,34 @@ class AppPod:
                                     "command": ["cp", "-r", TREES[self.platform], MOUNT], "volumeMounts": [mount]}],
                 "containers": [{"name": "app", "image": app_image(self.python), "imagePullPolicy": "Never",
                                 "command": command(self.port), "workingDir": app_dir,
-                                "env": [{"name": k, "value": v} for k, v in env.items()], "volumeMounts": [mount]}],
-                "volumes": [{"name": volume, "emptyDir": {}}],
+                                "env": [{"name": k, "value": v} for k, v in env.items()], "volumeMounts": mounts}],
+                "volumes": volumes,
             },
         }
+
+
+def collector_pod(name: str, socket_dir: str, capabilities: list[str] | None = None) -> dict:
+    """deploy/kubernetes/collector-daemonset.yaml's Pod template as a Pod (podman plays no
+    DaemonSet), with this repo's collector image, its socket on ``socket_dir`` of the host and
+    ``capabilities`` instead of the file's, if given."""
+    daemonset = yaml.safe_load(DAEMONSET.read_text())
+    spec = daemonset["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    container.update(image=COLLECTOR_IMAGE, imagePullPolicy="Never")
+    if capabilities is not None:
+        container["securityContext"]["capabilities"]["add"] = capabilities
+    for volume in spec["volumes"]:
+        if volume["name"] == "socket":
+            volume["hostPath"]["path"] = socket_dir
+        volume["name"] = f"{name}-{volume['name']}"  # podman: volume names are the host's, not the Pod's
+    for mount in container["volumeMounts"]:
+        mount["name"] = f"{name}-{mount['name']}"
+    # podman 4.3 takes a Pod's seccomp profile from the (pre-1.19) annotation, not from seccompProfile
+    seccomp = container["securityContext"]["seccompProfile"]["type"].lower()
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": daemonset["metadata"]["labels"],
+                         "annotations": {"seccomp.security.alpha.kubernetes.io/pod": seccomp}},
+            "spec": {**spec, "restartPolicy": "Never"}}
 
 
 def app_image(python: str) -> str:
@@ -147,6 +180,7 @@ def build_images() -> None:
     (scripts/images.sh) and dist/'s wheels (make wheels)."""
     run(ENGINE, "build", "-q", "-f", str(ROOT / "deploy/kubernetes/autoinstrumentation-python/Dockerfile"),
         "-t", OPERATOR_IMAGE, str(ROOT))
+    run(ENGINE, "build", "-q", "-f", str(ROOT / "collector/Dockerfile"), "-t", COLLECTOR_IMAGE, str(ROOT))
     for python, (base, interpreter) in APP_BASES.items():
         run(ENGINE, "build", "-q", "-f", str(ROOT / "examples/kube/Dockerfile"), "--build-arg", f"BASE={base or sid_image()}",
             "--build-arg", f"PYTHON={interpreter}", "-t", app_image(python), str(ROOT))
@@ -168,10 +202,10 @@ def sid_image() -> str:
     return image
 
 
-def play(pods: list[AppPod], workdir: Path, **manifest_options) -> Path:
-    """The Pods played (one YAML file of them all, in ``workdir``): the file, for down()."""
-    path = workdir / "pods.yaml"
-    path.write_text(yaml.safe_dump_all([pod.manifest(**manifest_options) for pod in pods], sort_keys=False))
+def play(pods: list[AppPod | dict], workdir: Path, name: str = "pods") -> Path:
+    """The Pods (AppPods, or manifests) played from one YAML file in ``workdir``: the file, for down()."""
+    path = workdir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump_all([pod if isinstance(pod, dict) else pod.manifest() for pod in pods], sort_keys=False))
     run(ENGINE, "kube", "play", str(path), timeout=300)
     return path
 
@@ -184,6 +218,18 @@ def down(path: Path) -> None:
 def logs(pod: str, container: str = "app", lines: int = LOG_LINES) -> str:
     done = subprocess.run([ENGINE, "logs", "--tail", str(lines), f"{pod}-{container}"], capture_output=True, text=True)
     return done.stdout + done.stderr
+
+
+def exit_code(container: str, timeout: float = 30) -> int:
+    """The container's exit code once it exited (KubeError if it runs on after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status, code = run(ENGINE, "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", container).split()
+        if status == "exited":
+            return int(code)
+        if time.monotonic() > deadline:
+            raise KubeError(f"{container} still {status} after {timeout:.0f} s:\n{logs(container.rsplit('-', 1)[0])}")
+        time.sleep(0.5)
 
 
 def failed(pod: AppPod, what: str) -> KubeError:
