@@ -154,11 +154,12 @@ def test_local_debian_base_runs_a_pods_command_by_name(tmp_path):
 
 
 def test_kube_down_leaves_nothing(pods):
-    """podman kube down: no Pod, container or volume of the module's Pods is left."""
+    """podman kube down: no Pod, container or volume (the emptyDirs) of the module's Pods is left."""
     kube.down(pods)
     names = [p.name for p in (*PODS, MISMATCH)]
     left = {kind: [n for n in subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split()
                    if any(n.startswith(name) for name in names)]
             for kind, argv in {"pod": ["podman", "pod", "ps", "--format", "{{.Name}}"],
-                               "container": ["podman", "ps", "--all", "--format", "{{.Names}}"]}.items()}
+                               "container": ["podman", "ps", "--all", "--format", "{{.Names}}"],
+                               "volume": ["podman", "volume", "ls", "--format", "{{.Name}}"]}.items()}
     assert not any(left.values()), left
