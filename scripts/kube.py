@@ -149,12 +149,7 @@ def collector_pod(name: str, socket_dir: str, capabilities: list[str] | None = N
     container.update(image=COLLECTOR_IMAGE, imagePullPolicy="Never")
     if capabilities is not None:
         container["securityContext"]["capabilities"]["add"] = capabilities
-    for volume in spec["volumes"]:
-        if volume["name"] == "socket":
-            volume["hostPath"]["path"] = socket_dir
-        volume["name"] = f"{name}-{volume['name']}"  # podman: volume names are the host's, not the Pod's
-    for mount in container["volumeMounts"]:
-        mount["name"] = f"{name}-{mount['name']}"
+    next(v for v in spec["volumes"] if v["name"] == "socket")["hostPath"]["path"] = socket_dir
     # podman 4.3 takes a Pod's seccomp profile from the (pre-1.19) annotation, not from seccompProfile
     seccomp = container["securityContext"]["seccompProfile"]["type"].lower()
     return {"apiVersion": "v1", "kind": "Pod",
@@ -189,16 +184,16 @@ def build_images() -> None:
 def sid_image() -> str:
     """scripts/rootfs.sh's sid-slim tree as an image (imported once per tree: the tag is its recipe hash)."""
     tree = Path(run(str(ROOT / "scripts" / "rootfs.sh"), SID_SLIM).split()[-1])
-    image = f"localhost/otel-gil/{tree.name}"
-    image = image[::-1].replace("-", ":", 1)[::-1]  # localhost/otel-gil/sid-slim:HASH
+    name, recipe = tree.name.rsplit("-", 1)
+    image = f"localhost/otel-gil/{name}:{recipe}"
     if subprocess.run([ENGINE, "image", "exists", image]).returncode != 0:
         tar = subprocess.Popen(["tar", "-C", str(tree), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
-        run_stdin = subprocess.run([ENGINE, "import", "--change",
-                                    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                                    "--change", 'CMD ["bash"]', "-", image], stdin=tar.stdout, capture_output=True, text=True)
+        imported = subprocess.run([ENGINE, "import", "--change",
+                                   "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                                   "--change", 'CMD ["bash"]', "-", image], stdin=tar.stdout, capture_output=True, text=True)
         tar.wait()
-        if run_stdin.returncode != 0 or tar.returncode != 0:
-            raise KubeError(f"importing {tree} as {image} failed:\n{run_stdin.stderr}")
+        if imported.returncode != 0 or tar.returncode != 0:
+            raise KubeError(f"importing {tree} as {image} failed:\n{imported.stderr}")
     return image
 
 
