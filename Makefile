@@ -12,7 +12,8 @@ PY := $(VENV)/bin/python
 # The oldest OpenTelemetry SDK we support, for the span-hook tests.
 SDK_MIN := opentelemetry-api==1.30.0 opentelemetry-sdk==1.30.0 opentelemetry-instrumentation==0.51b0
 
-.PHONY: host venv matrix rootfs tools wheels images demo compose compose-down test test-sdk-min bench soak clean
+.PHONY: host venv matrix rootfs tools wheels images demo compose compose-down test test-sdk-min bench soak clean \
+	operator-image kube-demo kube-down
 
 host:
 	$(SUDO) scripts/setup-host.sh
@@ -69,6 +70,24 @@ build/wheels.stamp: $(WHEEL_TOOLS)/bin/python $(WHEEL_SOURCES)
 	mkdir -p build && touch $@
 
 wheels: host build/wheels.stamp
+
+# Kubernetes (README "Kubernetes"): the OpenTelemetry Operator's Python auto-instrumentation image
+# with otel-gil for every CPython of the wheels (deploy/kubernetes/autoinstrumentation-python),
+# in the local engine, from the local base images.
+OPERATOR_IMAGE := otel-gil/autoinstrumentation-python:$(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' otel_gil/version.py)
+
+operator-image: images wheels
+	$(SUDO) $$($(SUDO) scripts/engine.sh name) build -q -f deploy/kubernetes/autoinstrumentation-python/Dockerfile \
+		-t $(OPERATOR_IMAGE) . >/dev/null
+
+# That image's init container in app Pods (Flask, FastAPI, Django; CPython 3.11 and 3.13) as the
+# Operator's webhook writes them, run by podman kube play (scripts/kube.py): their slowest spans
+# from Jaeger, like make demo; the Pods stay up until make kube-down removes every Pod and volume.
+kube-demo: host venv rootfs tools operator-image
+	$(SUDO) $(PY) scripts/kube.py up
+
+kube-down:
+	$(SUDO) $(PY) scripts/kube.py down
 
 # Jaeger (its release binary where it downloads, else built from its Go module: scripts/jaeger.sh),
 # Prometheus and promtool (built from their Go modules), once, cached outside the repo.

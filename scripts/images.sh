@@ -58,11 +58,11 @@ debian_tree() {  # DIR: bookworm as Debian's slim image has it (no docs, man pag
     : >"$dir/etc/machine-id"
 }
 
-from_tree() {  # IMAGE HASH: debian_tree, imported as IMAGE
-    local tree=$work/tree
+from_tree() {  # IMAGE HASH: debian_tree, imported as IMAGE with the official image's config (PATH, CMD)
+    local tree=$work/tree official_path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
     debian_tree "$tree"
     tar -C "$tree" --numeric-owner -c . \
-        | "$engine" import --change 'CMD ["bash"]' --change "LABEL $label=$2" - "$1" >/dev/null
+        | "$engine" import --change "ENV PATH=$official_path" --change 'CMD ["bash"]' --change "LABEL $label=$2" - "$1" >/dev/null
 }
 
 from_context() {  # IMAGE HASH: docker build of $work/context

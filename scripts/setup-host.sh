@@ -17,6 +17,7 @@ command -v objcopy >/dev/null || need+=(binutils)
 command -v chromium >/dev/null || need+=(chromium)
 command -v tmux >/dev/null || need+=(tmux)
 command -v wrk >/dev/null || need+=(wrk)
+dpkg -s catatonit >/dev/null 2>&1 || need+=(catatonit)  # podman kube play's pause image (scripts/kube.py)
 if [ ! -e "/lib/modules/$release/build" ]; then
     apt-get update -qq
     if apt-cache show "linux-headers-$release" >/dev/null 2>&1; then

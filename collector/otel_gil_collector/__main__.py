@@ -24,7 +24,9 @@ import sys
 
 from otel_gil.environment_variables import DEFAULT_SOCKET
 
-_CAP_SYS_ADMIN, _CAP_PERFMON, _CAP_BPF = 21, 38, 39
+_CAP_SYS_PTRACE, _CAP_SYS_ADMIN, _CAP_PERFMON, _CAP_BPF = 19, 21, 38, 39
+_CAPABILITY_NAMES = {_CAP_SYS_PTRACE: "CAP_SYS_PTRACE", _CAP_SYS_ADMIN: "CAP_SYS_ADMIN",
+                     _CAP_PERFMON: "CAP_PERFMON", _CAP_BPF: "CAP_BPF"}
 _BCC_PATHS = ("/usr/lib/python3/dist-packages", "/usr/lib64/python3/site-packages")
 FDS_PER_PROCESS = 6  # a registered process: connection, pidfd, ring, three uprobes
 FDS_RESERVED = 256  # connections waiting for a hello, planner workers, bcc, uprobes being closed
@@ -42,11 +44,35 @@ def _effective_caps() -> int:
     return 0
 
 
+def _last_cap() -> int:
+    """The kernel's highest capability: below CAP_BPF (kernels before 5.8), CAP_SYS_ADMIN stands for it and CAP_PERFMON."""
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return _CAP_BPF
+
+
+def missing_capabilities(caps: int, last_cap: int) -> list[str]:
+    """The capabilities the collector needs and ``caps`` lacks: to load its program (CAP_BPF; the
+    kernel refuses it without CAP_PERFMON) and to attach to processes that hold capabilities it has
+    not (CAP_SYS_PTRACE: a root app in a container); CAP_SYS_ADMIN covers the first two."""
+    held = {bit for bit in _CAPABILITY_NAMES if caps & (1 << bit)}
+    needed = [_CAP_BPF, _CAP_PERFMON] if last_cap >= _CAP_BPF else [_CAP_SYS_ADMIN]
+    return [_CAPABILITY_NAMES[bit] for bit in [*needed, _CAP_SYS_PTRACE]
+            if bit not in held and not (bit in (_CAP_BPF, _CAP_PERFMON) and _CAP_SYS_ADMIN in held)]
+
+
 def _check_privileges() -> None:
     caps = _effective_caps()
-    if os.geteuid() == 0 or caps & (1 << _CAP_SYS_ADMIN) or caps & (1 << _CAP_BPF) and caps & (1 << _CAP_PERFMON):
+    missing = missing_capabilities(caps, _last_cap())
+    if not missing:
         return
-    raise PreflightError("otel-gil-collector needs root (or CAP_BPF + CAP_PERFMON): run it with sudo")
+    if os.geteuid() != 0 and not caps:
+        raise PreflightError("otel-gil-collector needs root (or CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE): run it with sudo")
+    raise PreflightError(f"otel-gil-collector lacks {' and '.join(missing)}: add {'it' if len(missing) == 1 else 'them'} "
+                         "to its capabilities (Kubernetes: securityContext.capabilities.add, as "
+                         "deploy/kubernetes/collector-daemonset.yaml does), or run it as root with all of them")
 
 
 def _import_bcc() -> None:
