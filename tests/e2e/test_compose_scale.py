@@ -175,6 +175,14 @@ def hostname(project: compose.Stack, container: str) -> str:
     return done.stdout.strip()
 
 
+def memory_mb(project: compose.Stack) -> list[float]:
+    """Each sampler's memory now, in MB, as the engine's stats say."""
+    done = subprocess.run([project.engine["engine"], "stats", "--no-stream", "--format", "{{.MemUsage}}", *samplers(project)],
+                          capture_output=True, text=True, check=True, env=project.environment())
+    units = {"kB": 1e-3, "KiB": 1.024e-3, "MB": 1, "MiB": 1.048576, "GB": 1e3, "GiB": 1073.741824, "B": 1e-6}
+    return [float(n) * units[unit] for n, unit in re.findall(r"^([\d.]+)\s*([kKMG]i?B|B)", done.stdout, re.M)]
+
+
 def engine(project: compose.Stack, *args: str) -> None:
     subprocess.run([project.engine["engine"], *args], capture_output=True, text=True, check=True,
                    env=project.environment())
@@ -221,11 +229,9 @@ def test_cross_service_traces_arrive_whole_through_the_tier(project):
     policy keeps is in Jaeger whole (every span tier 1 received for it, from both services), each
     kept trace decided by one sampler, both samplers at work, flask-backend's two replicas both
     serving; of the calm traces, the share kept is 5 % within the binomial bound."""
-    start = time.monotonic()
+    idle, start = memory_mb(project), time.monotonic()
     sent = send(project, mix(300, 1))
-    load_s = time.monotonic() - start
-    memory = subprocess.run([project.engine["engine"], "stats", "--no-stream", "--format", "{{.Name}} {{.MemUsage}}",
-                             *samplers(project)], capture_output=True, text=True, env=project.environment()).stdout
+    load_s, loaded = time.monotonic() - start, memory_mb(project)  # each sampler holds its last decision_wait
     time.sleep(SETTLED_S)
     verdict = judge(project, set(sent))
     exported = record(project)
@@ -243,8 +249,10 @@ def test_cross_service_traces_arrive_whole_through_the_tier(project):
     low, high = binomial_bounds(len(calm), SAMPLE_PERCENT / 100)
     spans = sum(len(exported[t]) for t in sent)
     print(f"scale: {len(verdict.gil_bound)}/{len(sent)} cross-service traces GIL-bound, all in Jaeger whole; "
-          f"{sampled} of {len(calm)} calm ones sampled (bounds {low}..{high}); {spans} spans in {load_s:.1f} s "
-          f"({spans / load_s:.0f}/s over 2 samplers); samplers' memory: {' '.join(memory.split())}")
+          f"{sampled} of {len(calm)} calm ones sampled (bounds {low}..{high}); {len(sent)} traces, {spans} spans in "
+          f"{load_s:.1f} s: each sampler {spans / load_s / 2:.0f} spans/s, {len(sent) / load_s / 2:.1f} traces/s; "
+          f"their memory idle {', '.join(f'{m:.1f}' for m in idle)} MB, at the load's end "
+          f"{', '.join(f'{m:.1f}' for m in loaded)} MB")
     assert low <= sampled <= high, (sampled, low, high)
 
 
