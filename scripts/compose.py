@@ -191,12 +191,13 @@ def chain_table(spans: list[dict]) -> str:
 
 def cross_service_traces(project: Stack) -> dict[str, list[dict]]:
     """Jaeger's traces of the frontends that hold server spans with GIL figures of two services or more."""
-    found: dict[str, list[dict]] = {}
+    found: dict[str, dict[str, dict]] = {}  # trace id -> span id -> span (a trace found under both frontends once)
     for name in FRONTENDS.values():
         for span in stack.jaeger_spans(name, limit=500, base=project.url("jaeger")):
             found.setdefault(span["traceID"], {})[span["spanID"]] = span
-    return {trace_id: list(spans.values()) for trace_id, spans in found.items()
-            if len({s["process"].get("serviceName") for s in server_spans(list(spans.values()))}) >= 2}
+    traces = {trace_id: list(spans.values()) for trace_id, spans in found.items()}
+    return {trace_id: spans for trace_id, spans in traces.items()
+            if len({s["process"].get("serviceName") for s in server_spans(spans)}) >= 2}
 
 
 def chain_report(project: Stack, traces: int = 3, wanted: int = 30, timeout: float = 180) -> str:

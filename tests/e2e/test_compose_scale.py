@@ -69,7 +69,6 @@ class Verdict:
 
     whole: dict[str, str] = field(default_factory=dict)  # trace id -> the one sampler that kept it, every span there
     cut: dict[str, str] = field(default_factory=dict)  # in Jaeger, spans missing or from two samplers: why
-    dropped: set[str] = field(default_factory=set)  # not in Jaeger
     gil_bound: set[str] = field(default_factory=set)  # kept by the policy whatever the rate, by the record
 
     def lost(self) -> set[str]:
@@ -124,8 +123,8 @@ def judge(project: compose.Stack, sent: set[str]) -> Verdict:
             verdict.gil_bound.add(trace_id)
         samplers = set(kept.values())
         if not kept:
-            verdict.dropped.add(trace_id)
-        elif kept.keys() == spans.keys() and len(samplers) == 1:
+            continue  # dropped: calm and not sampled, or lost (Verdict.lost)
+        if kept.keys() == spans.keys() and len(samplers) == 1:
             verdict.whole[trace_id] = samplers.pop()
         else:
             verdict.cut[trace_id] = (f"{len(kept)} of {len(spans)} spans in Jaeger, from samplers {sorted(samplers)}; "
@@ -184,6 +183,7 @@ def memory_mb(project: compose.Stack) -> list[float]:
 
 
 def engine(project: compose.Stack, *args: str) -> None:
+    """The container engine's command (kill, start) on the project's containers."""
     subprocess.run([project.engine["engine"], *args], capture_output=True, text=True, check=True,
                    env=project.environment())
 
@@ -206,8 +206,8 @@ def project():
 
 
 def warm_up(project: compose.Stack, timeout: float = 120) -> None:
-    """Requests until every app process has served one with its GIL figures (each registers with
-    the collector on its first span; a backend answers once it is up), and both samplers decide."""
+    """Requests until tier 1 received every span of them with GIL figures (each app process
+    registers with the collector on its first span; a backend answers once it is up)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
