@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import binomial_bounds
+from helpers import binomial_bounds, stack
 
 import compose  # scripts/compose.py
 
@@ -254,6 +254,21 @@ def test_cross_service_traces_arrive_whole_through_the_tier(project):
           f"their memory idle {', '.join(f'{m:.1f}' for m in idle)} MB, at the load's end "
           f"{', '.join(f'{m:.1f}' for m in loaded)} MB")
     assert low <= sampled <= high, (sampled, low, high)
+
+
+def test_metrics_reach_prometheus_through_tier_1(project):
+    """Tier 1 sends the apps' metrics straight to Prometheus (every 15 s), whose rules evaluate them:
+    each service's GIL wait counter and GilContention's own expression have a value."""
+    jobs = {"fastapi-gil", "fastapi-gil-calm", "flask-gil", "flask-gil-calm"}
+
+    def jobs_of(query: str) -> set[str]:
+        return {r["metric"]["job"] for r in stack.prometheus_api("query", base=project.url("prometheus"), query=query)["result"]}
+
+    deadline = time.monotonic() + 90
+    while not (jobs <= jobs_of("gil_wait_time_seconds_total") and jobs <= jobs_of("process:gil_wait_ratio:rate5m")):
+        assert time.monotonic() < deadline, project.failed(
+            "prometheus", f"series of {jobs - jobs_of('gil_wait_time_seconds_total')} or their rule's missing after 90 s")
+        time.sleep(2)
 
 
 def test_a_sampler_killed_mid_load_loses_only_what_it_held(project):
