@@ -45,7 +45,7 @@ SCALE_PORTS = {"jaeger": 16686, "prometheus": 9090, "async-app": 8002, "async-ca
 SCALE_SERVICES = ("gil-collector", "otel-collector", "otel-sampler", "jaeger", "prometheus", "async-app", "async-calm",
                   "flask-backend", "flask-backend-calm", "chain-load")
 SCALE_REPLICAS = {"otel-sampler": 2, "flask-backend": 2}
-FRONTENDS = {"async-app": "fastapi-gil", "async-calm": "fastapi-gil-calm"}  # the services whose /chain/NAME calls another
+FRONTENDS = {"async-app": "fastapi-gil", "async-calm": "fastapi-gil-calm"}  # whose /chain/NAME calls another service
 
 
 class StackError(RuntimeError):
@@ -183,7 +183,8 @@ def chain_table(spans: list[dict]) -> str:
              "held the GIL meanwhile"]
     for s in server_spans(spans):
         t = s["tags"]
-        lines.append(f"{s['process'].get('serviceName', '?'):<18} {s['operationName']:<22} {s['duration'] / 1e3:>7.1f}ms "
+        service = s["process"].get("serviceName", "?")
+        lines.append(f"{service:<18} {s['operationName']:<22} {s['duration'] / 1e3:>7.1f}ms "
                      f"{t['gil.wait_ms']:>7.1f}ms {t['gil.hold_ms']:>7.1f}ms {100 * t['gil.wait_ratio']:>6.1f}%  "
                      f"{demo.blockers(s)}")
     return "\n".join(lines)
@@ -224,7 +225,8 @@ def main() -> int:
     ports = SCALE_PORTS if args.scale else PORTS
     project = Stack(name=os.environ.get("OTEL_GIL_COMPOSE_PROJECT", "otel-gil"),
                     files=(COMPOSE_FILE, SCALE_FILE) if args.scale or args.command == "down" else (COMPOSE_FILE,),
-                    ports={service: int(os.environ.get(port_variable(service), port)) for service, port in ports.items()},
+                    ports={service: int(os.environ.get(port_variable(service), port))
+                           for service, port in ports.items()},
                     sample_percent=float(os.environ.get("OTEL_GIL_SAMPLE_PERCENT", 5 if args.scale else 100)),
                     replicas=SCALE_REPLICAS if args.scale else {})
     try:

@@ -35,7 +35,7 @@ PROJECT = "otel-gil-scale-test"
 PORTS = {"jaeger": 26786, "prometheus": 29190, "async-app": 28102, "async-calm": 28103}
 RECORD_FILE = Path(__file__).with_name("compose-scale-record.yml")
 SAMPLE_PERCENT = 5
-GROUPED_S = 2  # otel-gateway.yaml's groupbytrace wait_duration: a trace reaches its sampler this long after its first span
+GROUPED_S = 2  # otel-gateway.yaml's groupbytrace wait_duration: a trace reaches its sampler so long after it began
 DECISION_WAIT_S = 5  # gil-tail-sampling.yaml's
 SETTLED_S = 15  # a trace's last span in Jaeger: the apps' batch (1 s), grouping, decision_wait, the samplers' batch
 # Who calls whom: about a quarter of the requests GIL-bound, in the frontend (async-app's hog) or
@@ -116,7 +116,8 @@ def judge(project: compose.Stack, sent: set[str]) -> Verdict:
     """What became of the ``sent`` traces, once settled: each in Jaeger against tier 1's record."""
     exported, verdict = record(project), Verdict()
     unrecorded = sent - exported.keys()
-    assert not unrecorded, project.failed("otel-collector", f"{len(unrecorded)} of {len(sent)} traces never reached tier 1")
+    assert not unrecorded, project.failed("otel-collector",
+                                          f"{len(unrecorded)} of {len(sent)} traces never reached tier 1")
     for trace_id in sent:
         spans, kept = exported[trace_id], jaeger_trace(project, trace_id)
         if any(s.gil_bound() for s in spans.values()):
@@ -176,8 +177,8 @@ def hostname(project: compose.Stack, container: str) -> str:
 
 def memory_mb(project: compose.Stack) -> list[float]:
     """Each sampler's memory now, in MB, as the engine's stats say."""
-    done = subprocess.run([project.engine["engine"], "stats", "--no-stream", "--format", "{{.MemUsage}}", *samplers(project)],
-                          capture_output=True, text=True, check=True, env=project.environment())
+    argv = [project.engine["engine"], "stats", "--no-stream", "--format", "{{.MemUsage}}", *samplers(project)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, env=project.environment())
     units = {"kB": 1e-3, "KiB": 1.024e-3, "MB": 1, "MiB": 1.048576, "GB": 1e3, "GiB": 1073.741824, "B": 1e-6}
     return [float(n) * units[unit] for n, unit in re.findall(r"^([\d.]+)\s*([kKMG]i?B|B)", done.stdout, re.M)]
 
@@ -191,7 +192,8 @@ def engine(project: compose.Stack, *args: str) -> None:
 @pytest.fixture(scope="module")
 def project():
     if os.geteuid() != 0:
-        pytest.fail("the compose stack needs root (a container engine, the privileged collector): run as root, as CI does")
+        pytest.fail("the compose stack needs root (a container engine, the privileged collector): run as root, "
+                    "as CI does")
     project = compose.Stack(name=PROJECT, files=(compose.COMPOSE_FILE, compose.SCALE_FILE, RECORD_FILE), ports=PORTS,
                             sample_percent=SAMPLE_PERCENT, replicas=compose.SCALE_REPLICAS)
     try:
@@ -220,8 +222,8 @@ def warm_up(project: compose.Stack, timeout: float = 120) -> None:
         if sent and not pending and sent.keys() <= exported.keys():
             return
         if time.monotonic() > deadline:
-            pytest.fail(str(project.failed("otel-collector", f"the apps' spans lacked GIL figures after {timeout:.0f} s "
-                                                             f"({len(pending)} of the last ones)")))
+            pytest.fail(str(project.failed("otel-collector", f"the apps' spans lacked GIL figures after "
+                                                             f"{timeout:.0f} s ({len(pending)} of the last ones)")))
 
 
 def test_cross_service_traces_arrive_whole_through_the_tier(project):
@@ -262,12 +264,13 @@ def test_metrics_reach_prometheus_through_tier_1(project):
     jobs = {"fastapi-gil", "fastapi-gil-calm", "flask-gil", "flask-gil-calm"}
 
     def jobs_of(query: str) -> set[str]:
-        return {r["metric"]["job"] for r in stack.prometheus_api("query", base=project.url("prometheus"), query=query)["result"]}
+        result = stack.prometheus_api("query", base=project.url("prometheus"), query=query)["result"]
+        return {r["metric"]["job"] for r in result}
 
     deadline = time.monotonic() + 90
     while not (jobs <= jobs_of("gil_wait_time_seconds_total") and jobs <= jobs_of("process:gil_wait_ratio:rate5m")):
         assert time.monotonic() < deadline, project.failed(
-            "prometheus", f"series of {jobs - jobs_of('gil_wait_time_seconds_total')} or their rule's missing after 90 s")
+            "prometheus", f"series of {jobs - jobs_of('gil_wait_time_seconds_total')} or the rule's missing after 90 s")
         time.sleep(2)
 
 
@@ -318,8 +321,9 @@ def test_a_sampler_added_while_running_takes_its_share(project):
     assert len(added) == 1, added
     (container,) = added
     deadline = time.monotonic() + 60
-    while "Everything is ready" not in subprocess.run([project.engine["engine"], "logs", container], capture_output=True,
-                                                      text=True, env=project.environment()).stderr:
+    logs = [project.engine["engine"], "logs", container]
+    while "Everything is ready" not in subprocess.run(logs, capture_output=True, text=True,
+                                                      env=project.environment()).stderr:
         assert time.monotonic() < deadline, f"the added sampler {container} did not start within 60 s"
         time.sleep(1)
     time.sleep(3)  # tier 1 asks DNS every second
