@@ -2,7 +2,7 @@
 # sudo, or as is when make already runs as root, e.g. in a container or CI):
 #   make demo      Jaeger, Prometheus, collector + instrumented workload: span figures, trace URL, alert
 #   make compose   the same as docker-compose.yml's stack in a real container engine (left running;
-#                  make compose-down removes it)
+#                  make compose-down removes it; make compose-scale: the same at scale)
 #   make test      the whole test suite against the real kernel
 PYTHON ?= python3
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -12,7 +12,7 @@ PY := $(VENV)/bin/python
 # The oldest OpenTelemetry SDK we support, for the span-hook tests.
 SDK_MIN := opentelemetry-api==1.30.0 opentelemetry-sdk==1.30.0 opentelemetry-instrumentation==0.51b0
 
-.PHONY: host venv matrix rootfs tools wheels images demo compose compose-down test test-sdk-min bench soak clean \
+.PHONY: host venv matrix rootfs tools wheels images demo compose compose-scale compose-down test test-sdk-min bench soak clean \
 	operator-image kube-demo kube-down
 
 host:
@@ -33,6 +33,11 @@ demo: host venv
 # API), base images pulled or built here once (scripts/images.sh, cached in /var/cache/otel-gil).
 compose: host wheels
 	$(SUDO) $(PYTHON) scripts/compose.py up
+
+# The stack at scale (docker-compose.scale.yml; README: "Sampling at scale"): requests across two
+# services, a loadbalancing tier over two tail samplers; the slowest cross-service traces.
+compose-scale: host wheels
+	$(SUDO) $(PYTHON) scripts/compose.py up --scale
 
 # Those base images alone, for the tests (Python from source is the long one: about 20 minutes).
 images: host

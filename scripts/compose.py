@@ -4,7 +4,12 @@ built here (scripts/images.sh), the load service driving both apps; then the slo
 of each app as Jaeger has them, like make demo. The stack stays up; make compose-down removes
 its containers, networks and volumes, and stops the API service engine.sh started.
 
+make compose-scale: the same stack at scale (docker-compose.scale.yml): requests that cross two
+services, a loadbalancing tier over several tail samplers; then the slowest cross-service traces,
+each service's server span with its GIL figures.
+
     make compose          (as root: python3 scripts/compose.py up)
+    make compose-scale    (as root: python3 scripts/compose.py up --scale)
     make compose-down     (as root: python3 scripts/compose.py down)
 
 The tests start the same stack (``Stack``) under another project name and other host ports.
@@ -26,6 +31,7 @@ import demo  # noqa: E402  (scripts/demo.py: its table of spans)
 import stack  # noqa: E402  (examples/stack.py: Jaeger's API)
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
+SCALE_FILE = ROOT / "docker-compose.scale.yml"  # given after COMPOSE_FILE
 # The host port of each published service, as docker-compose.yml has it by default; the file
 # reads service S's from $OTEL_GIL_<S>_PORT (port_variable).
 PORTS = {"jaeger": 16686, "prometheus": 9090, "flask-app": 8000, "django-app": 8001, "async-app": 8002}
@@ -34,6 +40,12 @@ READY = {"jaeger": "/api/services", "prometheus": "/-/ready"}  # where a service
 APPS = {"flask-app": ("flask-gil", "GET /io"), "django-app": ("django-gil", "GET io"),  # Django's follow its URL patterns
         "async-app": ("fastapi-gil", "GET /io")}
 LOG_LINES = 30  # of a failed service's log, in errors
+# make compose-scale: its published services, the services it starts and the replicas of some.
+SCALE_PORTS = {"jaeger": 16686, "prometheus": 9090, "async-app": 8002, "async-calm": 8003}
+SCALE_SERVICES = ("gil-collector", "otel-collector", "otel-sampler", "jaeger", "prometheus", "async-app", "async-calm",
+                  "flask-backend", "flask-backend-calm", "chain-load")
+SCALE_REPLICAS = {"otel-sampler": 2, "flask-backend": 2}
+FRONTENDS = {"async-app": "fastapi-gil", "async-calm": "fastapi-gil-calm"}  # whose /chain/NAME calls another service
 
 
 class StackError(RuntimeError):
@@ -48,6 +60,7 @@ class Stack:
     files: tuple[Path, ...] = (COMPOSE_FILE,)
     ports: dict[str, int] = field(default_factory=lambda: dict(PORTS))
     sample_percent: float = 100
+    replicas: dict[str, int] = field(default_factory=dict)  # service -> how many containers up starts (default 1)
     engine: dict[str, str] = field(default_factory=dict)  # scripts/engine.sh up's answer
 
     def url(self, service: str) -> str:
@@ -92,7 +105,8 @@ class Stack:
         self.engine = engine("up")
         run([str(ROOT / "scripts" / "images.sh"), self.engine["engine"]], "the base images")
         self.compose("build", *services)
-        self.compose("up", "-d", "--no-build", *services)
+        scale = [f"--scale={service}={count}" for service, count in self.replicas.items()]
+        self.compose("up", "-d", "--no-build", *scale, *services)
         self.wait_log("gil-collector", "listening on ")
         for service in self.ports:  # each published service answers (the apps on /health)
             if not services or service in services:
@@ -157,15 +171,64 @@ def report(project: Stack, requests: int = 30) -> str:
     return "\n".join(out)
 
 
+def server_spans(spans: list[dict]) -> list[dict]:
+    """The server spans with GIL figures, in the order they started."""
+    return sorted((s for s in spans if s["tags"].get("span.kind") == "server" and "gil.wait_ms" in s["tags"]),
+                  key=lambda s: s["startTime"])
+
+
+def chain_table(spans: list[dict]) -> str:
+    """One cross-service trace: each service's server span with its GIL figures, in the order they started."""
+    lines = [f"{'service':<18} {'span':<22} {'duration':>9} {'GIL wait':>9} {'GIL hold':>9} {'wait %':>7}  "
+             "held the GIL meanwhile"]
+    for s in server_spans(spans):
+        t = s["tags"]
+        service = s["process"].get("serviceName", "?")
+        lines.append(f"{service:<18} {s['operationName']:<22} {s['duration'] / 1e3:>7.1f}ms "
+                     f"{t['gil.wait_ms']:>7.1f}ms {t['gil.hold_ms']:>7.1f}ms {100 * t['gil.wait_ratio']:>6.1f}%  "
+                     f"{demo.blockers(s)}")
+    return "\n".join(lines)
+
+
+def cross_service_traces(project: Stack) -> dict[str, list[dict]]:
+    """Jaeger's traces of the frontends that hold server spans with GIL figures of two services or more."""
+    found: dict[str, dict[str, dict]] = {}  # trace id -> span id -> span (a trace found under both frontends once)
+    for name in FRONTENDS.values():
+        for span in stack.jaeger_spans(name, limit=500, base=project.url("jaeger")):
+            found.setdefault(span["traceID"], {})[span["spanID"]] = span
+    traces = {trace_id: list(spans.values()) for trace_id, spans in found.items()}
+    return {trace_id: spans for trace_id, spans in traces.items()
+            if len({s["process"].get("serviceName") for s in server_spans(spans)}) >= 2}
+
+
+def chain_report(project: Stack, traces: int = 3, wanted: int = 30, timeout: float = 180) -> str:
+    """The slowest cross-service traces, once Jaeger has ``wanted`` of them: which hop waited on its GIL."""
+    deadline = time.monotonic() + timeout
+    while len(chains := cross_service_traces(project)) < wanted and time.monotonic() < deadline:
+        time.sleep(2)
+    if not chains:
+        raise project.failed("otel-collector", f"no cross-service trace reached Jaeger within {timeout:.0f} s")
+    out = [f"\nthe slowest {traces} of {len(chains)} cross-service traces in Jaeger "
+           f"({project.url('jaeger')}/api/traces?service={FRONTENDS['async-calm']}):"]
+    for trace_id, spans in sorted(chains.items(), key=lambda item: -max(s["duration"] for s in item[1]))[:traces]:
+        out += ["", chain_table(spans), demo.trace_link(trace_id, project.why_no_ui, project.url("jaeger"))]
+    return "\n".join(out)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=("up", "down"))
+    parser.add_argument("--scale", action="store_true", help="the stack at scale (docker-compose.scale.yml)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("compose: the container engine and the privileged collector need root: make compose (it uses sudo)")
+    ports = SCALE_PORTS if args.scale else PORTS
     project = Stack(name=os.environ.get("OTEL_GIL_COMPOSE_PROJECT", "otel-gil"),
-                    ports={service: int(os.environ.get(port_variable(service), port)) for service, port in PORTS.items()},
-                    sample_percent=float(os.environ.get("OTEL_GIL_SAMPLE_PERCENT", 100)))
+                    files=(COMPOSE_FILE, SCALE_FILE) if args.scale or args.command == "down" else (COMPOSE_FILE,),
+                    ports={service: int(os.environ.get(port_variable(service), port))
+                           for service, port in ports.items()},
+                    sample_percent=float(os.environ.get("OTEL_GIL_SAMPLE_PERCENT", 5 if args.scale else 100)),
+                    replicas=SCALE_REPLICAS if args.scale else {})
     try:
         if args.command == "down":
             project.down()
@@ -173,10 +236,10 @@ def main() -> int:
             return 0
         start = time.monotonic()
         print("compose: engine, base images, the stack's images (the first run builds them: see README)...", flush=True)
-        project.up()
+        project.up(SCALE_SERVICES if args.scale else ())
         print(f"compose: up in {time.monotonic() - start:.0f} s on {project.engine['engine']}; "
-              "the load service drives both apps...", flush=True)
-        print(report(project))
+              f"the load service drives {'the cross-service requests' if args.scale else 'both apps'}...", flush=True)
+        print(chain_report(project) if args.scale else report(project))
     except StackError as exc:
         print(f"compose: {exc}", file=sys.stderr)
         return 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import os
 import shutil
 import signal
@@ -33,6 +34,14 @@ import wheels  # noqa: E402  (scripts/wheels.py: the wheels make wheels builds)
 def within(measured: float, truth: float, rel: float = 0.05, abs_ms: float = 0.5) -> bool:
     """The tolerance of the ground-truth tests: 5 % or 0.5 ms, whichever is larger."""
     return abs(measured - truth) <= max(rel * truth, abs_ms)
+
+
+def binomial_bounds(n: int, p: float, tail: float = 1e-4) -> tuple[int, int]:
+    """The smallest and largest counts of a Binomial(n, p) outside which each tail holds at most ``tail``."""
+    pmf = [math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(n + 1)]
+    low = next(k for k in range(n + 1) if sum(pmf[: k + 1]) > tail)
+    high = next(k for k in range(n, -1, -1) if sum(pmf[k:]) > tail)
+    return low, high
 
 
 @dataclass(frozen=True)

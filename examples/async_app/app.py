@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
+import socket
 import sys
+import urllib.parse
+import urllib.request
 
-from fastapi import FastAPI
+from fastapi import FastAPI, HTTPException
 from opentelemetry import trace
 from starlette.responses import PlainTextResponse
 
@@ -25,6 +29,8 @@ import workload  # noqa: E402
 
 app = FastAPI()
 tracer = trace.get_tracer(__name__)
+# The services /chain/NAME calls, as EXAMPLE_BACKENDS names them: "NAME=URL,NAME=URL".
+BACKENDS = dict(pair.split("=", 1) for pair in os.environ.get("EXAMPLE_BACKENDS", "").split(",") if "=" in pair)
 
 
 @app.middleware("http")
@@ -71,6 +77,24 @@ async def fanout() -> str:
 async def slow_c() -> str:
     """A 20 ms C call that keeps the GIL, on the loop: everyone waits."""
     return workload.slow_c()
+
+
+@app.get("/chain/{backend}", response_class=PlainTextResponse)
+def chain(backend: str) -> str:
+    """The backend's /io, over HTTP from a worker thread: urllib's instrumentation sends the
+    trace context along, so one trace holds both services' server spans."""
+    if backend not in BACKENDS:
+        raise HTTPException(404, f"no backend {backend!r} in EXAMPLE_BACKENDS")
+    with urllib.request.urlopen(f"{replica(BACKENDS[backend])}/io", timeout=30) as resp:
+        return f"{backend}: {resp.read().decode()}"
+
+
+def replica(url: str) -> str:
+    """The URL with its host name replaced by one of its addresses at random: requests spread over
+    a compose service's replicas (whose DNS answer comes in one order), as over a Service's pods."""
+    parts = urllib.parse.urlsplit(url)
+    address = random.choice(socket.getaddrinfo(parts.hostname, parts.port, socket.AF_INET, socket.SOCK_STREAM))[4][0]
+    return parts._replace(netloc=f"{address}:{parts.port}").geturl()
 
 
 @app.get("/health", response_class=PlainTextResponse)

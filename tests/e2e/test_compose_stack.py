@@ -8,7 +8,6 @@ remove the stack with make compose-down."""
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import subprocess
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, stack
+from helpers import ROOT, binomial_bounds, stack
 
 import compose  # scripts/compose.py
 
@@ -190,14 +189,6 @@ def test_both_apps_spans_carry_the_collectors_figures(project):
         assert "metrics-collector" in blockers, (service, blockers[:20])  # the hog, named across containers
         workers = worker_pids(project, service)
         assert workers <= located_pids(project), project.failed("gil-collector", f"{service}'s workers {workers} untraced")
-
-
-def binomial_bounds(n: int, p: float, tail: float = 1e-4) -> tuple[int, int]:
-    """The smallest and largest counts of a Binomial(n, p) outside which each tail holds at most ``tail``."""
-    pmf = [math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(n + 1)]
-    low = next(k for k in range(n + 1) if sum(pmf[: k + 1]) > tail)
-    high = next(k for k in range(n, -1, -1) if sum(pmf[k:]) > tail)
-    return low, high
 
 
 def test_tail_sampling_keeps_every_gil_bound_trace(project):

@@ -119,3 +119,30 @@ def test_host_ports_and_sampling_are_variables(config):
         variable = f"OTEL_GIL_{name.upper().replace('-', '_')}_PORT"
         assert re.search(rf'"127\.0\.0\.1:\${{{variable}:-\d+}}:\d+"', text), name
     assert config["services"]["otel-collector"]["environment"]["OTEL_GIL_SAMPLE_PERCENT"] == "100"
+
+
+def test_the_scale_stack_parses_and_its_collectors_use_only_built_components(tmp_path):
+    """docker-compose.scale.yml after docker-compose.yml (and the test's record file after both)
+    parses; tier 1 balances over the sampler service that exists; and every component the stack's
+    collector configurations name is one the Builder's manifest builds (the image has no other)."""
+    files = ("docker-compose.yml", "docker-compose.scale.yml", "tests/e2e/compose-scale-record.yml")
+    done = subprocess.run([shutil.which("docker-compose"), *(f"--file={f}" for f in files), "config"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    services = yaml.safe_load(done.stdout)["services"]
+    mounted = {v["target"]: Path(v["source"]) for s in services.values() for v in s.get("volumes", [])
+               if isinstance(v, dict) and v.get("source", "").startswith(str(ROOT))}
+    assert all(source.is_file() for source in mounted.values()), mounted
+    gateway = yaml.safe_load((ROOT / "examples" / "compose" / "otel-gateway.yaml").read_text())
+    assert gateway["exporters"]["loadbalancing"]["resolver"]["dns"]["hostname"] in services
+    manifest = yaml.safe_load((ROOT / "images" / "otelcol" / "manifest.yaml").read_text())
+    built = {(kind, m["gomod"].split()[0].rsplit("/", 1)[1]) for kind in ("receivers", "processors", "exporters")
+             for m in manifest[kind]}
+    for source in {*mounted.values(), *(ROOT / "examples" / "compose").glob("*.yaml")}:
+        config = yaml.safe_load(source.read_text())
+        if "service" not in config or "pipelines" not in config.get("service", {}):
+            continue  # (not a collector's configuration)
+        for kind in ("receivers", "processors", "exporters"):
+            for name in config.get(kind) or {}:
+                module = name.split("/")[0].replace("_", "") + kind[:-1]  # tail_sampling/x -> tailsamplingprocessor
+                assert (kind, module) in built, (source.name, kind, name)
