@@ -23,6 +23,7 @@ import signal
 import sys
 
 from otel_gil.environment_variables import DEFAULT_SOCKET
+from otel_gil_collector import uprobe_check
 
 _CAP_SYS_PTRACE, _CAP_SYS_ADMIN, _CAP_PERFMON, _CAP_BPF = 19, 21, 38, 39
 _CAPABILITY_NAMES = {_CAP_SYS_PTRACE: "CAP_SYS_PTRACE", _CAP_SYS_ADMIN: "CAP_SYS_ADMIN",
@@ -53,24 +54,32 @@ def _last_cap() -> int:
         return _CAP_BPF
 
 
-def missing_capabilities(caps: int, last_cap: int) -> list[str]:
-    """The capabilities the collector needs and ``caps`` lacks: to load its program (CAP_BPF; the
-    kernel refuses it without CAP_PERFMON) and to attach to processes that hold capabilities it has
-    not (CAP_SYS_PTRACE: a root app in a container); CAP_SYS_ADMIN covers the first two."""
+def missing_capabilities(caps: int, last_cap: int, uprobes_refused: bool) -> list[str]:
+    """The capabilities the collector needs and ``caps`` lacks: to open uprobes (CAP_SYS_ADMIN
+    where the kernel refuses them without it: ``uprobes_refused``), to load its program
+    (CAP_BPF; the kernel refuses it without CAP_PERFMON; CAP_SYS_ADMIN covers both) and to
+    attach to processes that hold capabilities it has not (CAP_SYS_PTRACE: a root app in a
+    container)."""
     held = {bit for bit in _CAPABILITY_NAMES if caps & (1 << bit)}
-    needed = [_CAP_BPF, _CAP_PERFMON] if last_cap >= _CAP_BPF else [_CAP_SYS_ADMIN]
-    return [_CAPABILITY_NAMES[bit] for bit in [*needed, _CAP_SYS_PTRACE]
-            if bit not in held and not (bit in (_CAP_BPF, _CAP_PERFMON) and _CAP_SYS_ADMIN in held)]
+    if _CAP_SYS_ADMIN in held:
+        needed = []
+    elif uprobes_refused or last_cap < _CAP_BPF:
+        needed = [_CAP_SYS_ADMIN]
+    else:
+        needed = [_CAP_BPF, _CAP_PERFMON]
+    return [_CAPABILITY_NAMES[bit] for bit in [*needed, _CAP_SYS_PTRACE] if bit not in held]
 
 
 def _check_privileges() -> None:
     caps = _effective_caps()
-    missing = missing_capabilities(caps, _last_cap())
+    refused = uprobe_check.refusal() is not None
+    missing = missing_capabilities(caps, _last_cap(), refused)
     if not missing:
         return
     if os.geteuid() != 0 and not caps:
-        raise PreflightError("otel-gil-collector needs root (or CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE): run it with sudo")
-    raise PreflightError(f"otel-gil-collector lacks {' and '.join(missing)}: add {'it' if len(missing) == 1 else 'them'} "
+        raise PreflightError("otel-gil-collector needs root (or CAP_SYS_ADMIN + CAP_SYS_PTRACE): run it with sudo")
+    why = " (this kernel opens uprobes only with CAP_SYS_ADMIN)" if refused and "CAP_SYS_ADMIN" in missing else ""
+    raise PreflightError(f"otel-gil-collector lacks {' and '.join(missing)}{why}: add {'it' if len(missing) == 1 else 'them'} "
                          "to its capabilities (Kubernetes: securityContext.capabilities.add, as "
                          "deploy/kubernetes/collector-daemonset.yaml does), or run it as root with all of them")
 

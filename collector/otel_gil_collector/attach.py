@@ -69,7 +69,7 @@ class Attachment:
         try:
             _check_privileges()
         except PreflightError:
-            raise AttachError(f"{command} needs root (or CAP_BPF + CAP_PERFMON): run it with sudo") from None
+            raise AttachError(f"{command} needs root (or CAP_SYS_ADMIN): run it with sudo") from None
         try:
             _import_bcc()
             _check_kernel()

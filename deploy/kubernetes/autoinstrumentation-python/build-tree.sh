@@ -3,7 +3,7 @@
 #   build-tree.sh glibc|musl REQUIREMENTS DIR   REQUIREMENTS' wheels for every CPython in VERSIONS,
 #       into one `pip install --target` tree: resolved once for the oldest, the others held to
 #       those versions, so each package is there once, with a C extension per version beside it
-#   build-tree.sh otel-gil DIST DIR              otel-gil's manylinux wheels of DIST (one per CPython) into DIR
+#   build-tree.sh otel-gil DIST DIR              otel-gil's manylinux wheels of DIST (one per CPython and ABI) into DIR
 #   build-tree.sh otel-gil-pure DIST DIR         otel-gil's Python code alone into DIR (no C parts)
 set -euo pipefail
 export PIP_ROOT_USER_ACTION=ignore
@@ -48,7 +48,8 @@ case ${1:-} in
         [ ${#wheels[@]} -gt 0 ] || { echo "build-tree.sh: no otel-gil manylinux wheel for $arch in $2: make wheels" >&2; exit 1; }
         for wheel in "${wheels[@]}"; do
             tag=$(basename "$wheel" | cut -d- -f3)  # cp310
-            pip_target "$work/one" "--platform manylinux2014_$arch" "3.${tag#cp3}" --no-deps "$wheel"
+            abi=$(basename "$wheel" | cut -d- -f4)  # cp310, or cp313t: a free-threaded build's
+            pip_target "$work/one" "--platform manylinux2014_$arch" "3.${tag#cp3}" --abi "$abi" --no-deps "$wheel"
             merge "$work/one" "$3"
             rm -rf "$work/one"
         done ;;
