@@ -106,6 +106,10 @@ def _peer(conn: socket.socket, accepted: float) -> tuple[int, int, int]:
     """(pid, uid, pidfd) of the peer, from the kernel: nothing the client says counts.
     Without SO_PEERPIDFD (kernels < 6.5) the pid number is pinned by pidfd_open and checked."""
     pid, uid = _peercred(conn)
+    if pid == 0:  # the kernel's answer for a peer outside the collector's pid namespace
+        raise Refused(protocol.ATTACH_FAILED, "the collector cannot see this process: it runs in a pid namespace the "
+                      "collector is not in (run the collector in the host's: Kubernetes hostPID: true, "
+                      "docker/podman --pid=host)")
     try:
         pidfd = struct.unpack("i", conn.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD, 4))[0]
     except OSError as exc:

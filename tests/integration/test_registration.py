@@ -158,3 +158,29 @@ def test_a_forked_child_pays_nothing_until_its_first_span(collector):
     assert busy["statuses"][0] == "pending" and busy["statuses"][-1] == "ok", busy["statuses"]
     assert set(busy["statuses"][:-1]) == {"pending"}
     assert f"pid {busy['pid']} (uid 0) registered" in collector.log_text()
+
+
+def test_a_process_outside_the_collectors_pid_namespace_is_told_why(tmp_path):
+    """A collector in a pid namespace of its own (a container without hostPID) gets pid 0 from
+    SO_PEERCRED for an app outside it: the app is refused with attach_failed, and the reason
+    names the fix (the host's pid namespace), not a process that exited."""
+    sock = str(tmp_path / "ns.sock")
+    log = tmp_path / "collector.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", sys.executable, "-m", "otel_gil_collector",
+                                 "--socket", sock, "-v"], stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(sock):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        with connect(sock) as conn:
+            protocol.send(conn, {"op": "hello", "pid": os.getpid()})
+            reply, fds = protocol.receive(conn, max_fds=1)
+        assert not fds
+        assert reply["ok"] is False and reply["error"] == protocol.ATTACH_FAILED, reply
+        assert "pid namespace" in reply["message"] and "hostPID" in reply["message"], reply
+    finally:
+        proc.kill()  # unshare ignores SIGTERM; --kill-child takes the collector with it
+        proc.wait(timeout=30)
