@@ -37,9 +37,10 @@ def refusal() -> Optional[int]:
         with open(_UPROBE_TYPE) as f:
             pmu = int(f.read())
         path = os.path.realpath("/proc/self/exe")
-        functions = elf.load(path).dynamic or elf.load(path).functions
+        info = elf.load(path)
     except (OSError, ValueError, elf.ElfLookupError):
         return None
+    functions = info.dynamic or info.functions
     if nr is None or not functions:
         return None
     target = min(functions.values(), key=lambda s: s.offset)

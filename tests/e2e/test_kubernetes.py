@@ -171,7 +171,8 @@ def test_collector_container_with_the_daemonsets_capabilities_traces_an_app(tmp_
     container = yaml.safe_load(kube.DAEMONSET.read_text())["spec"]["template"]["spec"]["containers"][0]
     security = container["securityContext"]
     assert security["privileged"] is False and security["capabilities"]["drop"] == ["ALL"], security
-    name, sockets = "kube-test-hostpid-collector", tmp_path / "socket"
+    pod, sockets = "kube-test-hostpid", tmp_path / "socket"
+    name = f"{pod}-collector"  # as kube.logs names a Pod's container
     sockets.mkdir()
     argv = [kube.ENGINE, "run", "-d", "--rm", "--name", name, "--pid=host", "--cap-drop=ALL",
             *(f"--cap-add={c}" for c in security["capabilities"]["add"]),
@@ -182,7 +183,7 @@ def test_collector_container_with_the_daemonsets_capabilities_traces_an_app(tmp_
     try:
         kube.build_images()
         kube.run(*argv)
-        log = wait_log_of(name, lambda text: any(end in text for end in ("listening on", "lacks", "failed")))
+        log = wait_log(pod, "collector", lambda text: any(end in text for end in ("listening on", "lacks", "failed")))
         assert "listening on /run/otel-gil/otel-gil.sock" in log, log
         env = {**os.environ, "OTEL_GIL_BACKEND": "collector", "OTEL_GIL_SOCKET": str(sockets / "otel-gil.sock"),
                "PYTHONPATH": str(kube.ROOT)}
@@ -196,17 +197,6 @@ def test_collector_container_with_the_daemonsets_capabilities_traces_an_app(tmp_
         assert victim["gil.top_blocker.thread.name"] == "gil-hog", victim
     finally:
         subprocess.run([kube.ENGINE, "rm", "-f", "-t0", name], capture_output=True)
-
-
-def wait_log_of(container: str, done, timeout: float = 120) -> str:
-    """A container's log once ``done(log)``, or at ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        shown = subprocess.run([kube.ENGINE, "logs", container], capture_output=True, text=True)
-        log = shown.stdout + shown.stderr
-        if done(log) or time.monotonic() > deadline:
-            return log
-        time.sleep(1)
 
 
 def test_local_debian_base_runs_a_pods_command_by_name(tmp_path):
