@@ -3,7 +3,7 @@
 CPython before 3.14 leaves every OS thread named after the executable (and /proc
 cuts names at 15 characters), so ``report``, ``top`` and ``--timeline`` read the
 names where ``threading`` keeps them: ``_PyRuntime`` (an exported symbol) → the
-first interpreter → ``sys.modules`` → the ``threading`` module's dict →
+main interpreter → ``sys.modules`` → the ``threading`` module's dict →
 ``_active`` ({ident: Thread}) → each Thread's ``_name`` and ``_native_id`` (the
 thread's id in the process's own pid namespace, as the slots have it).
 
@@ -173,7 +173,7 @@ def read(pid: int, mapped_path: str, host_path: str) -> dict[int, str]:
         disagreement = pystructs.debug_offsets_disagree(layout, lambda at, size: mem.read(runtime + at, size))
         if disagreement:
             raise Unreadable(disagreement)
-        interp = mem.word(runtime + layout.interpreters_head)
+        interp = mem.word(runtime + layout.interpreters_main)
         modules = reader.dict_items(mem.word(interp + layout.modules))
         threading = modules.get("threading")
         if threading is None:

@@ -34,8 +34,7 @@ int main(void) {
     P("minor", PY_MINOR_VERSION);
 #ifdef Py_GIL_DISABLED
     P("free_threaded", 1);
-    printf("gil_enabled_debug %zu,%zu,%zu\n", offsetof(_Py_DebugOffsets, runtime_state.interpreters_head),
-           offsetof(_Py_DebugOffsets, interpreter_state.ceval_gil),
+    printf("gil_enabled_debug %zu,%zu\n", offsetof(_Py_DebugOffsets, interpreter_state.ceval_gil),
            offsetof(_Py_DebugOffsets, interpreter_state.gil_runtime_state_enabled));
 #else
     P("free_threaded", 0);
@@ -89,6 +88,7 @@ int main(void) {
     P("str_compact_data", sizeof(PyCompactUnicodeObject));
     /* threadnames */
     P("interpreters_head", offsetof(_PyRuntimeState, interpreters.head));
+    P("interpreters_main", offsetof(_PyRuntimeState, interpreters.main));
 #if PY_VERSION_HEX >= 0x030C0000
     P("modules", offsetof(PyInterpreterState, imports.modules));
 #else

@@ -615,6 +615,7 @@ def turned_on(tracer, args) -> dict:
     other.join()
     truth["gil_after_import"] = sys._is_gil_enabled()
     truth["gauge"]["after"] = _gil_gauge()
+    truth["measuring"] = GilInstrumentor._backend.wait(20)  # started by otel-gil's thread, not the import
     get("/hold")
     server.shutdown()
     truth.update(hog_and_victim(tracer, args))
