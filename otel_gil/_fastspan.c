@@ -757,6 +757,8 @@ static PyMethodDef module_methods[] = {
 	 "track_contexts(hooks, var, key): the hooks' spans get their own code's figures, on whichever thread, task "
 	 "or greenlet it runs (var: OpenTelemetry's ContextVar, key: the current span's key in it)."},
 	{"untrack_contexts", contexts_untrack, METH_NOARGS, "untrack_contexts(): undo track_contexts."},
+	{"hook_loop_modules", contexts_hook_modules, METH_NOARGS,
+	 "hook_loop_modules(): while contexts are tracked, hook the loop modules of module_switches() loaded now."},
 	{"module_switches", module_switches_state, METH_NOARGS,
 	 "module_switches() -> {module: {hooked, entries, object, error}}: the extension modules whose GOT entries of "
 	 "PyContext_Enter/Exit are (or were) hooked while contexts are tracked (before 3.14)."},

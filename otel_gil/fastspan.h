@@ -221,6 +221,7 @@ HIDDEN void context_start(Hooks *hooks, Start *start, PyObject *span);
 HIDDEN void context_end(Start *start, PyObject *span);
 HIDDEN PyObject *contexts_track(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 HIDDEN PyObject *contexts_untrack(PyObject *module, PyObject *unused);
+HIDDEN PyObject *contexts_hook_modules(PyObject *module, PyObject *unused);
 HIDDEN PyObject *contexts_held_by(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 /* A context entered or left where no hook of context_switches.c sees it: a charge point
  * (with the GIL; any exception the caller has set is kept). */
