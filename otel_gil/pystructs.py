@@ -60,6 +60,7 @@ class Structs:
     # 3.13+: where _Py_DebugOffsets (at the start of _PyRuntime) keeps each field above that it has.
     debug: dict[str, int] = field(default_factory=dict, hash=False)
     ob_type: int = 8  # PyObject.ob_type
+    managed_dict: int = -24  # 3.11+: an instance's managed __dict__ pointer, from the object (MANAGED_DICT_OFFSET)
 
     @property
     def interpreters_main(self) -> int:
@@ -97,11 +98,12 @@ STRUCTS: dict[tuple[int, int], Structs] = {
 }
 
 # Free-threaded builds (Py_GIL_DISABLED): a PyObject of 32 bytes (ob_tid, ob_mutex, ob_gc_bits,
-# ob_ref_local, ob_ref_shared before ob_type) moves every object's fields by 16; the frames'
-# and _Py_DebugOffsets' own layouts are the default build's.
+# ob_ref_local, ob_ref_shared before ob_type) moves every object's fields by 16, and no GC
+# header precedes an object (its managed __dict__ is just before it); the frames' and
+# _Py_DebugOffsets' own layouts are the default build's.
 FREE_THREADED: dict[tuple[int, int], Structs] = {
     (3, 13): Structs(_INTERP, _LOCATIONS, 0, 0, 3, -24, 72, -1, 8, 0, 56, 70, 144, 128, 84, 152, 216, 200, 32, 48, 32, 48, 56, 72, 632, 7664, 896,
-                     STRUCTS[(3, 13)].debug, ob_type=24),
+                     STRUCTS[(3, 13)].debug, ob_type=24, managed_dict=-8),
 }
 
 DEBUG_COOKIE = b"xdebugpy"  # _Py_DebugOffsets starts with it (3.13+)

@@ -16,6 +16,7 @@ _STRUCTS_C = r"""
 #include <Python.h>
 #include <internal/pycore_runtime.h>
 #include <internal/pycore_interp.h>
+#include <internal/pycore_object.h>
 #if PY_VERSION_HEX >= 0x030E0000
 #include <internal/pycore_interpframe_structs.h>
 #elif PY_VERSION_HEX >= 0x030B0000
@@ -95,6 +96,11 @@ int main(void) {
     P("modules", offsetof(PyInterpreterState, modules));
 #endif
     P("cached_keys", offsetof(PyHeapTypeObject, ht_cached_keys));
+#ifdef MANAGED_DICT_OFFSET
+    P("managed_dict", MANAGED_DICT_OFFSET);
+#else
+    P("managed_dict", -3 * (long)sizeof(PyObject *)); /* 3.12's _PyObject_DictOrValuesPointer; none before 3.11 */
+#endif
 #if PY_VERSION_HEX >= 0x030D0000
     D("interpreters_head", runtime_state.interpreters_head);
     D("tstate_frame", thread_state.current_frame);
