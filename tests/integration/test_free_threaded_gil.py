@@ -123,7 +123,7 @@ def test_the_import_that_turns_the_gil_on_pays_at_most_a_millisecond_more(free_t
     answers, 2 s of timeout, then in-process) and the GOT hooks are for otel-gil's own thread. Each run its own
     process (the GIL turns on once), instrumented and bare in turns, the medians compared."""
     path = str(tmp_path / "silent.sock")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # as the collector listens
     listener.bind(path)
     listener.listen(16)
     accepted = []
