@@ -152,3 +152,38 @@ def test_the_import_that_turns_the_gil_on_pays_at_most_a_millisecond_more(free_t
         conn.close()
     bare, ours = statistics.median(took[True]), statistics.median(took[False])
     assert ours <= bare + 1.0, (took, ours, bare)
+
+
+_CREATE_DYNAMIC = """if True:
+    import _imp, importlib.util, json, sys
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from otel_gil import GilInstrumentor
+    exporter, provider = InMemorySpanExporter(), TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    GilInstrumentor().instrument(tracer_provider=provider, backend="inprocess")
+    tracer = provider.get_tracer("t")
+    with tracer.start_as_current_span("off"):
+        pass
+    _imp.create_dynamic(importlib.util.find_spec(sys.argv[1]))  # no loader: no import otel-gil watches
+    with tracer.start_as_current_span("seen"):
+        pass
+    started = GilInstrumentor._backend.wait(20)
+    with tracer.start_as_current_span("measured"):
+        pass
+    print(json.dumps([started, sys._is_gil_enabled(), {s.name: dict(s.attributes) for s in exporter.get_finished_spans()}]))
+"""
+
+
+def test_a_gil_turned_on_without_an_import_is_seen_at_the_next_span(free_threaded, legacy_dir):
+    """``_imp.create_dynamic`` called directly (a loader of its own): no import otel-gil watches
+    turned the GIL on; the next span start sees it on for good and the backend starts."""
+    done = subprocess.run([free_threaded.python, "-c", _CREATE_DYNAMIC, LEGACY], capture_output=True, text=True,
+                          env={**free_threaded.env, "PYTHONPATH": f"{ROOT}:{legacy_dir}"}, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    started, gil_on, spans = json.loads(done.stdout)
+    assert started and gil_on, done.stderr
+    assert (spans["off"]["gil.status"], spans["seen"]["gil.status"]) == ("gil_disabled", "pending"), spans
+    assert "gil.status" not in spans["measured"] and "gil.hold_ms" in spans["measured"], spans
+    assert "something other than an extension import otel-gil watches" in done.stderr, done.stderr
