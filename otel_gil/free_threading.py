@@ -14,7 +14,6 @@ figures; a span in flight across the switch says ``gil.status=gil_turned_on`` an
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import logging
 import os
 import sys
@@ -61,18 +60,6 @@ def _enabled_count() -> Optional[int]:
 
 
 _enabled_at: Optional[int] = None  # where _enabled_count reads (0: nowhere), found once
-
-
-def unexported() -> Optional[str]:
-    """Why spans are not exported, where ``OTEL_TRACES_EXPORTER`` asks for OTLP over gRPC (its default
-    protocol) and grpcio, which a free-threaded build has no wheel for, is missing; else None.
-    (otel-gil's cp3Xt wheel makes HTTP the default under opentelemetry-instrument: setup.py.)"""
-    exporters = [name.strip() for name in os.environ.get("OTEL_TRACES_EXPORTER", "").split(",")]
-    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-    if "otlp" not in exporters or (protocol or "grpc") != "grpc" or importlib.util.find_spec("grpc") is not None:
-        return None
-    return ("OTLP over gRPC needs grpcio, which this free-threaded build has none of: set "
-            "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf (the collector's port 4318)")
 
 
 class TurnedOn(NamedTuple):

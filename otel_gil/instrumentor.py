@@ -10,7 +10,7 @@ from typing import Collection, Optional
 from opentelemetry import metrics, trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-from otel_gil import backend, free_threading, threads, wait_spans
+from otel_gil import backend, threads, wait_spans
 from otel_gil.environment_variables import (
     OTEL_GIL_LONG_WAIT_MS,
     OTEL_GIL_NO_EXTENSIONS,
@@ -67,9 +67,6 @@ class GilInstrumentor(BaseInstrumentor):
         timeout = kwargs.get("register_timeout_s", _env_float(OTEL_GIL_REGISTER_TIMEOUT_S, 2.0))
         wait_spans.configure(kwargs.get("wait_spans_ms", _env_float(OTEL_GIL_WAIT_SPANS_MS, sys.getswitchinterval() * 1e3)))
         source = backend.start(kwargs.get("backend"), kwargs.get("socket_path"), int(long_wait_ms * 1e6), timeout)
-        unexported = free_threading.unexported() if free_threading.free_threaded() else None
-        if unexported:
-            log.warning("otel-gil: no span is exported: %s", unexported)
         fast = os.environ.get(OTEL_GIL_NO_EXTENSIONS, "").strip().lower() not in ("1", "true", "yes")
         meter_provider = kwargs.get("meter_provider") or metrics.get_meter_provider()
         gil_metrics = GilInstrumentor._metrics

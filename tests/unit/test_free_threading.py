@@ -174,23 +174,3 @@ def _gauge(reader: InMemoryMetricReader) -> list:
     data = reader.get_metrics_data()
     return [(p.value, dict(p.attributes)) for rm in (data.resource_metrics if data else ()) for sm in rm.scope_metrics
             for m in sm.metrics if m.name == "gil.enabled" for p in m.data.data_points]
-
-
-@pytest.mark.parametrize("env, said", [
-    ({"OTEL_TRACES_EXPORTER": "otlp"}, True),
-    ({"OTEL_TRACES_EXPORTER": "console, otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, True),
-    ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}, False),
-    ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}, False),
-    ({}, False),
-])
-def test_otlp_over_grpc_without_grpcio_is_named(monkeypatch, env, said):
-    """Where the .pth of the cp3Xt wheel did not choose HTTP (no opentelemetry-instrument, or an
-    install it never ran in): instrument() says what to set."""
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "grpc" else real(name, *args))
-    for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    why = free_threading.unexported()
-    assert (why is not None) == said and (not said or "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf" in why), why
