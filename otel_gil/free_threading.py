@@ -194,8 +194,6 @@ class UntilGilOn:
 
 
 _watching: Optional[UntilGilOn] = None
-
-
 _is_gil_enabled: Callable[[], bool] = getattr(sys, "_is_gil_enabled", lambda: True)  # one call per span start
 
 
