@@ -64,10 +64,6 @@ class _Owner:
             self.ident, self.name = thread.ident, thread.name
         return self.ident, self.name
 
-    def ended(self) -> bool:
-        thread = self.ref() if self.ref is not None else None
-        return thread is None or not _alive(thread)
-
 
 def _owner_of(thread: threading.Thread, since_ns: int, running_ns: int, freed: collections.deque) -> _Owner:
     """An owner for ``thread``; once the Thread is freed, (owner, when) goes to ``freed``."""
@@ -95,9 +91,7 @@ class _Memory:
         with self._lock:
             self._settle_freed()
             owners = self.owners.setdefault(owner.tid, [])
-            if owners and owners[-1].ended_ns is None:
-                if not owners[-1].ended():
-                    return  # runs on a live thread's kernel thread (a greenlet, under gevent): not an owner
+            if owners and owners[-1].ended_ns is None:  # a later thread has its id: it had ended
                 self._settle(owners[-1], time.monotonic_ns())
             owners.append(owner)
 
@@ -115,7 +109,7 @@ class _Memory:
 
     def _settle(self, owner: _Owner, when: int) -> None:
         """``owner`` had ended by ``when``: its name and id are final; forget the oldest ended."""
-        if owner.ended_ns is not None or owner.tid not in self.owners:
+        if owner.ended_ns is not None or owner not in self.owners.get(owner.tid, ()):
             return
         owner.who()
         owner.ref, owner.ended_ns = None, when
@@ -218,7 +212,8 @@ def _log_start(wrapped, instance: threading.Thread, args, kwargs):
         if started in _starts:
             _starts.remove(started)
         raise
-    if instance.native_id is not None:
+    # A thread on the starter's own kernel thread (a greenlet, under gevent) is not an owner.
+    if instance.native_id is not None and instance.native_id != threading.get_native_id():
         started.tid, started.running_ns = instance.native_id, time.monotonic_ns()
         started.who()  # its ident, now known
         memory.add(started)
