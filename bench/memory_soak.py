@@ -148,6 +148,7 @@ class Soak:
                 on_sample(results[-1])
             return results
         finally:
+            self.done.set()  # (the streams end with the run, even a failed one)
             GilInstrumentor().uninstrument()
 
 

@@ -49,6 +49,13 @@ SERVERS = {
                                    "truth_site.wsgi:application"],
 }
 _ports = iter(range(18300, 18400))
+# A request's code outside its timed pieces (the framework's: ASGI, middleware, the span's own
+# start and end, about 1 ms) holds the GIL through any preemption too: on a CPU shared with other
+# processes (CI's, a busy core) it held 5-65 ms more than its truth in 3-9 requests of 60 (Django
+# at load 15; its hold log: its request thread held the GIL 63 ms from its start to asgiref's
+# next release, in a span 64 ms over), 0-3 of 60 with SCHED_FIFO, which keeps the others off the
+# app's CPU but for the kernel's real-time throttling (50 ms a second once the app used 950 ms).
+REALTIME = ["chrt", "--fifo", "1"]
 
 
 def _pin(pid: int, cpus: set[int]) -> None:
@@ -64,7 +71,8 @@ def _pin(pid: int, cpus: set[int]) -> None:
 def app_cpu(*others: stack.Service) -> Iterator[int]:
     """A CPU for the app (its number), the others for the load (this process) and ``others``:
     a thread preempted while it holds the GIL holds it past its CPU time, the lower bound of
-    the requests' truth (tests/workloads/own_time.py)."""
+    the requests' truth (tests/workloads/own_time.py). The app runs there at a real-time
+    priority (REALTIME), so that no other process preempts it either."""
     everywhere = os.sched_getaffinity(0)
     assert len(everywhere) >= 2, "the ground truth needs a CPU for the app and one for the rest"
     pids = (os.getpid(), *(s.proc.pid for s in others))
@@ -87,7 +95,7 @@ def truth_app(collector, jaeger, backend, tmp_path):
 
     def start(server: str, **env: str) -> tuple[stack.Service, str]:
         port, service = next(_ports), f"{server}-{backend}"
-        argv = ["taskset", "-c", str(cpu), str(Path(sys.executable).parent / "opentelemetry-instrument"),
+        argv = ["taskset", "-c", str(cpu), *REALTIME, str(Path(sys.executable).parent / "opentelemetry-instrument"),
                 *(str(Path(sys.executable).parent / a) if i == 0 else a for i, a in enumerate(SERVERS[server](port)))]
         env = {**os.environ, "OTEL_SERVICE_NAME": service, "OTEL_TRACES_EXPORTER": "otlp",
                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_ENDPOINT": stack.OTLP_HTTP,
