@@ -11,7 +11,7 @@ an SSE stream), each sending a chunk span at a time; the workers keep the loop w
 GIL, so chunks hand their loop's long waits up to their stream. Exports go to an exporter that
 counts and drops. At each sample: RSS, the Python objects alive, and otel-gil's own structures
 (threads' owners, ended owners, start log; waits drawn; waits handed up to each stream).
-Writes bench/SOAK.md's section "memory" (with ``--write``) and prints the samples.
+Prints each sample as it is taken, then a table (bench/SOAK.md, "Memory over 1 M requests").
 """
 
 from __future__ import annotations
