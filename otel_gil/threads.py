@@ -212,11 +212,11 @@ def _log_start(wrapped, instance: threading.Thread, args, kwargs):
         if started in _starts:
             _starts.remove(started)
         raise
-    # A thread on the starter's own kernel thread (a greenlet, under gevent) is not an owner.
-    if instance.native_id is not None and instance.native_id != threading.get_native_id():
+    if instance.native_id is not None:
         started.tid, started.running_ns = instance.native_id, time.monotonic_ns()
         started.who()  # its ident, now known
-        memory.add(started)
+        if instance.native_id != threading.get_native_id():  # (else a greenlet on ours, under gevent)
+            memory.add(started)
     return result
 
 
@@ -246,6 +246,6 @@ def take_starts() -> dict[int, str]:
     for thread in taken:
         if thread.tid is not None:
             started[thread.tid] = thread.who()[1]
-        elif len(_starts) < _MAX_STARTS:
+        elif thread.ref is not None and thread.ref() is not None and len(_starts) < _MAX_STARTS:
             _starts.append(thread)
     return started
