@@ -78,6 +78,8 @@ GIL_ACQUISITIONS = _key("gil.acquisitions", "GIL acquisitions by the span's thre
 GIL_CONVOY_WAITS = _key("gil.convoy_waits", "waits at least one switch interval long (forced switches included)")
 GIL_LONG_WAITS_DROPPED = _key("gil.long_waits_dropped", "long waits that fell out of the thread's ring before the span "
                                                         "ended")
+GIL_WAIT_SPANS_DROPPED = _key("gil.wait_spans_dropped", "long waits its child spans handed up to it past the last 16 it "
+                                                        "keeps: drawn as no gil.wait span (still events of those children)")
 TOP_BLOCKER = "gil.top_blocker"  # prefix of code_attributes()
 TOP_BLOCKER_THREAD = f"{TOP_BLOCKER}.thread"  # prefix of thread_attributes()
 _key(f"{TOP_BLOCKER_THREAD}.id", "thread.id of the thread that held the GIL longest while the span's thread waited")

@@ -6,17 +6,22 @@ Threads are known from ``threading.enumerate()`` when watching starts and from e
 ``threading.Thread.start`` after (:func:`watch_starts`, beside any other wrapper of it).
 The kernel gives an ended thread's id to a later thread, so an id has a succession of
 owners: each known one is kept with when it could have begun (its ``start()`` was
-called), when it surely ran (``start()`` returned) and, once seen ended, by when it had
-ended. :func:`owner` names an id over a stretch of time only if exactly one owner could
-have held it then; otherwise nobody (a name is never given to another thread).
+called), when it surely ran (``start()`` returned) and, once seen ended (a later thread
+got its id, or its Thread was freed), by when it had ended. :func:`owner` names an id over
+a stretch of time only if exactly one owner could have held it then; otherwise nobody (a
+name is never given to another thread). A thread whose start was not seen is named from
+when /proc says its task began; before 3.13 a dummy (a thread started from C) by its kernel
+name: threading keeps a dummy after its thread ended, with the ended one's name.
 """
 
 from __future__ import annotations
 
 import collections
 import os
+import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Optional
 
@@ -24,81 +29,104 @@ from otel_gil import wrappers
 
 _MAX_STARTS = 4096  # bounds the start log when no metric reader drains it
 MEMORY = 4096  # ended threads remembered, most recently ended kept
-_starts: list[threading.Thread] = []  # threads started since take_starts()
+_starts: list["_Owner"] = []  # threads started since take_starts()
 _memory: Optional["_Memory"] = None  # the known owners of kernel ids, while watching
 _TICK_NS = 10**9 // os.sysconf("SC_CLK_TCK")  # /proc's unit of a task's start time
+_DUMMIES_END = sys.version_info >= (3, 13)  # threading drops a dummy as its thread ends (before: never)
 
 
-@dataclass
+def _alive(thread: threading.Thread) -> bool:
+    """Whether ``thread`` runs; a dummy before 3.13 may have ended unseen: taken as ended."""
+    if isinstance(thread, threading._DummyThread) and not _DUMMIES_END:
+        return False
+    try:
+        return thread.is_alive()
+    except RuntimeError:  # a dummy whose thread ended (3.13+)
+        return False
+
+
+@dataclass(eq=False)
 class _Owner:
-    """A thread's tenure of its kernel id, as far as known (monotonic ns)."""
+    """A thread's tenure of its kernel id, as far as known (monotonic ns). The thread itself
+    is only weakly referenced: an ended one's objects (an executor's work queue) are freed."""
 
+    tid: Optional[int]  # None until its start() returned
     since_ns: int  # it did not exist before
     running_ns: int  # it existed by then
-    thread: Optional[threading.Thread]  # None once ended (or not a threading thread)
-    ident: Optional[int] = None  # thread.id and name: read from ``thread`` while it lives
-    name: Optional[str] = None
+    ident: Optional[int]  # thread.id and name: the last read of them
+    name: Optional[str]
+    ref: Optional[weakref.ref] = None  # the Thread, until settled
     ended_ns: Optional[int] = None  # it had ended by then
 
     def who(self) -> tuple[Optional[int], Optional[str]]:
-        return (self.ident, self.name) if self.thread is None else (self.thread.ident, self.thread.name)
+        thread = self.ref() if self.ref is not None else None
+        if thread is not None:  # follows renames while its Thread lives
+            self.ident, self.name = thread.ident, thread.name
+        return self.ident, self.name
 
-    def ended(self) -> bool:
-        return self.thread is None or not self.thread.is_alive()
+
+def _owner_of(thread: threading.Thread, since_ns: int, running_ns: int, freed: collections.deque) -> _Owner:
+    """An owner for ``thread``; once the Thread is freed, (owner, when) goes to ``freed``."""
+    owner = _Owner(thread.native_id, since_ns, running_ns, thread.ident, thread.name)
+    owner.ref = weakref.ref(thread, lambda _, now=time.monotonic_ns: freed.append((owner, now())))
+    return owner
 
 
 class _Memory:
-    """The known owners of each kernel id, in order; ended ones past :data:`MEMORY` forgotten."""
+    """The known owners of each kernel id, in order; ended ones past :data:`MEMORY` forgotten.
+    An owner is settled (its end known) when a later thread gets its id or its Thread is freed:
+    no sweep over the owners, no cost beyond O(1) in the app's ``Thread.start``."""
 
     def __init__(self, now_ns: int) -> None:
         self.owners: dict[int, list[_Owner]] = {}
-        self._ended: collections.deque[tuple[int, _Owner]] = collections.deque()
+        self._ended: collections.deque[_Owner] = collections.deque()
+        self.freed: collections.deque[tuple[_Owner, int]] = collections.deque()  # by weakref callbacks: no lock
         self.horizon_ns = now_ns  # owners before it may be unknown: forgotten, or gone before watching
-        self._open, self._sweep_at = 0, 64  # owners not seen ended; sweep when this many
-        self._sweeping = threading.Lock()
+        self._lock = threading.Lock()
         for thread in threading.enumerate():  # (a dummy may outlive its thread before 3.13: not one)
             if thread.native_id is not None and not isinstance(thread, threading._DummyThread):
-                self.add(thread.native_id, _Owner(0, now_ns, thread))
+                self.add(_owner_of(thread, 0, now_ns, self.freed))
 
-    def add(self, tid: int, owner: _Owner) -> None:
-        owners = self.owners.setdefault(tid, [])
-        if owners and not owners[-1].ended():
-            return  # runs on a live thread's kernel thread (a greenlet, under gevent): not an owner
-        owners.append(owner)
-        self._open += 1
-        if self._open >= self._sweep_at:
-            self.sweep()
+    def add(self, owner: _Owner) -> None:
+        with self._lock:
+            self._settle_freed()
+            owners = self.owners.setdefault(owner.tid, [])
+            if owners and owners[-1].ended_ns is None:  # a later thread has its id: it had ended
+                self._settle(owners[-1], time.monotonic_ns())
+            owners.append(owner)
 
-    def sweep(self) -> None:
-        """Settle the owners that ended (their name and id are final), forget the oldest."""
-        if not self._sweeping.acquire(blocking=False):
-            return  # another thread sweeps
-        try:
-            now, still_open = time.monotonic_ns(), 0
-            for tid, owners in list(self.owners.items()):
-                for o in owners:
-                    if o.thread is None:
-                        continue
-                    if o.thread.is_alive():
-                        still_open += 1
-                        continue
-                    o.ident, o.name, o.thread, o.ended_ns = o.thread.ident, o.thread.name, None, now
-                    self._ended.append((tid, o))
-            while len(self._ended) > MEMORY:  # a kernel id's owners end in order: its first goes
-                tid, o = self._ended.popleft()
-                owners = self.owners[tid]
-                owners.remove(o)
-                if not owners:
-                    del self.owners[tid]
-                self.horizon_ns = max(self.horizon_ns, o.ended_ns)
-            self._open, self._sweep_at = still_open, max(64, 2 * still_open)
-        finally:
-            self._sweeping.release()
+    def known(self, tid: int) -> list[_Owner]:
+        """``tid``'s owners, oldest first, the freed ones settled."""
+        if self.freed:
+            with self._lock:
+                self._settle_freed()
+        return list(self.owners.get(tid, ()))
+
+    def _settle_freed(self) -> None:
+        while self.freed:
+            owner, when = self.freed.popleft()
+            self._settle(owner, when)
+
+    def _settle(self, owner: _Owner, when: int) -> None:
+        """``owner`` had ended by ``when``: its name and id are final; forget the oldest ended."""
+        if owner.ended_ns is not None or owner not in self.owners.get(owner.tid, ()):
+            return
+        owner.who()
+        owner.ref, owner.ended_ns = None, when
+        self._ended.append(owner)
+        while len(self._ended) > MEMORY:  # a kernel id's owners end in order: its first goes
+            gone = self._ended.popleft()
+            owners = self.owners[gone.tid]
+            owners.remove(gone)
+            if not owners:
+                del self.owners[gone.tid]
+            self.horizon_ns = max(self.horizon_ns, gone.ended_ns)
 
 
 def _task_owner(tid: int) -> Optional[_Owner]:
     """The thread that has kernel id ``tid`` now, with when it began (from /proc, to a
-    tick) and its ``threading`` name, else its kernel name; None if there is none."""
+    tick) and its ``threading`` name (a Thread running with that id; before 3.13 a dummy's
+    may be an ended thread's), else its kernel name; None if there is none."""
     try:
         with open(f"/proc/self/task/{tid}/stat") as f:
             stat = f.read()
@@ -109,27 +137,32 @@ def _task_owner(tid: int) -> Optional[_Owner]:
     boot_minus_mono = time.clock_gettime_ns(time.CLOCK_BOOTTIME) - time.monotonic_ns()
     since = int(stat[stat.rindex(")") + 2:].split()[19]) * _TICK_NS - boot_minus_mono  # field 22: starttime
     thread = live().get(tid)
-    return _Owner(since, since + _TICK_NS, None, getattr(thread, "ident", None), getattr(thread, "name", comm))
+    if thread is None or not _alive(thread):
+        return _Owner(tid, since, since + _TICK_NS, None, comm)
+    return _Owner(tid, since, since + _TICK_NS, thread.ident, thread.name)
 
 
 def owner(tid: int, start_ns: int, end_ns: int) -> tuple[Optional[int], Optional[str]]:
     """(thread.id, name) of the thread that had kernel id ``tid`` from ``start_ns`` to ``end_ns``
     (CLOCK_MONOTONIC), even if it has ended since; each None where not known for sure."""
     memory = _memory
-    owners = list(memory.owners.get(tid, ())) if memory is not None else []
+    owners = memory.known(tid) if memory is not None else []
     # Owners before the first one known may be unknown: forgotten or gone before watching
     # (until the horizon), any thread before the one /proc shows (no owner known).
     horizon = memory.horizon_ns if owners else end_ns + 1
     if not owners:
-        # A live thread whose start was not seen (a dummy, a _thread one) is the one it
-        # names; else one threading never knew (started from C): /proc, only for those.
-        # Each read lets the GIL go, and under contention a span's end waits out a switch
-        # interval per read: a read per ended blocker cost the soak's loop nine in ten of
-        # its spans' figures.
-        thread = live().get(tid)
-        later = _Owner(0, 0, thread) if thread is not None else _task_owner(tid)
+        # The thread that has the id now, named only since /proc says its task began. A live
+        # Thread whose start was not seen (a dummy, a _thread one) is remembered (one read
+        # each: each lets the GIL go, and under contention a span's end waits out a switch
+        # interval per read); one threading never knew is read again at each call.
+        later = _task_owner(tid)
         if later is None:
             return None, None
+        thread = live().get(tid)
+        if thread is not None and memory is not None and _alive(thread):
+            remembered = _owner_of(thread, later.since_ns, later.running_ns, memory.freed)
+            memory.add(remembered)
+            later = remembered
         owners.append(later)
     last = owners[-1]
     if last.ended_ns is not None and end_ns >= last.ended_ns:
@@ -170,16 +203,20 @@ def _log_start(wrapped, instance: threading.Thread, args, kwargs):
         return wrapped(*args, **kwargs)
     since = time.monotonic_ns()
     # Logged before it runs: a reader that sees the thread's slot finds its name already.
+    started = _owner_of(instance, since, since, memory.freed)
     if len(_starts) < _MAX_STARTS:
-        _starts.append(instance)
+        _starts.append(started)
     try:
         result = wrapped(*args, **kwargs)
     except BaseException:
-        if instance in _starts:
-            _starts.remove(instance)
+        if started in _starts:
+            _starts.remove(started)
         raise
     if instance.native_id is not None:
-        memory.add(instance.native_id, _Owner(since, time.monotonic_ns(), instance))
+        started.tid, started.running_ns = instance.native_id, time.monotonic_ns()
+        started.who()  # its ident, now known
+        if instance.native_id != threading.get_native_id():  # (else a greenlet on ours, under gevent)
+            memory.add(started)
     return result
 
 
@@ -207,8 +244,8 @@ def take_starts() -> dict[int, str]:
     taken, _starts = _starts, []
     started = {}
     for thread in taken:
-        if thread.native_id is not None:
-            started[thread.native_id] = thread.name
-        elif len(_starts) < _MAX_STARTS:
+        if thread.tid is not None:
+            started[thread.tid] = thread.who()[1]
+        elif thread.ref is not None and thread.ref() is not None and len(_starts) < _MAX_STARTS:
             _starts.append(thread)
     return started

@@ -21,7 +21,9 @@ A wait span has the wait's own start and end, the waiting thread's ``thread.id``
 is made through the span processor of the span it is drawn under (the provider's exporters see it
 like any span), under otel_gil's instrumentation scope, and bypasses otel-gil's span hooks: it
 gets no GIL figures and no wait spans of its own. A span carries at most the 16 long waits a
-thread's slot keeps (``RING_LEN``; its ``gil.long_waits_dropped`` counts the rest).
+thread's slot keeps (``RING_LEN``; its ``gil.long_waits_dropped`` counts the rest), and keeps the
+last ``MAX_HANDED`` its children handed up (a streaming response's span may live for hours; its
+``gil.wait_spans_dropped`` counts the rest, each still an event of the child that handed it up).
 """
 
 from __future__ import annotations
@@ -38,13 +40,16 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind
 
-from otel_gil.semconv import GIL_WAIT
+from otel_gil.ring import RING_LEN
+from otel_gil.semconv import GIL_WAIT, GIL_WAIT_SPANS_DROPPED
 from otel_gil.version import __version__
 
+MAX_HANDED = RING_LEN  # waits handed up that an open span keeps, the last ones
 MAX_DRAWN = 4096  # waits drawn that later spans of their traces are told about (a duplicate bar past that)
 _SCOPE = InstrumentationScope("otel_gil", __version__)
 _HANDED = "_otel_gil_handed_waits"  # on an open span: {wait key: Wait} its children handed up to it
 _CLOSED = MappingProxyType({})  # ... once it drew its waits: no more hand-ups (a child ending now draws its own)
+_DROPPED = "_otel_gil_handed_dropped"  # on an open span: how many hand-ups it let go past MAX_HANDED
 _ids = RandomIdGenerator()
 _drawn: OrderedDict = OrderedDict()  # (trace id, thread, start, end) of the waits drawn, oldest first
 _lock = threading.Lock()  # _drawn and the hand-ups, between spans ending on several threads
@@ -102,6 +107,9 @@ def draw(span: Span, start, events: list[tuple[str, dict, int, int]], thread: di
     with _lock:
         handed = getattr(span, _HANDED, None)
         setattr(span, _HANDED, _CLOSED)
+        dropped = getattr(span, _DROPPED, 0)
+    if dropped:
+        span.set_attribute(GIL_WAIT_SPANS_DROPPED, dropped)
     if handed:
         waits.update(handed)
     if not waits:
@@ -121,13 +129,21 @@ def draw(span: Span, start, events: list[tuple[str, dict, int, int]], thread: di
                     setattr(parent[0], _HANDED, {key: wait})
                     continue
                 if up is not _CLOSED:
-                    up[key] = wait
+                    _hand_up(parent[0], up, key, wait)
                     continue
             mine.append(wait)
             _drawn[drawn] = None
             while len(_drawn) > MAX_DRAWN:
                 _drawn.popitem(last=False)
     _emit(span, mine)
+
+
+def _hand_up(parent: Span, up: dict, key: tuple, wait: Wait) -> None:
+    """Add ``wait`` to what ``parent`` was handed; past ``MAX_HANDED``, its oldest is let go, counted."""
+    if key not in up and len(up) >= MAX_HANDED:
+        del up[next(iter(up))]
+        setattr(parent, _DROPPED, getattr(parent, _DROPPED, 0) + 1)
+    up[key] = wait
 
 
 def _open_parent(span: Span, start, start_of) -> Optional[tuple[Span, int]]:

@@ -49,6 +49,21 @@ SERVERS = {
                                    "truth_site.wsgi:application"],
 }
 _ports = iter(range(18300, 18400))
+# A request's code outside its timed pieces (the framework's: ASGI, middleware, the span's own
+# start and end, about 1 ms) holds the GIL through any preemption too, past its truth (Django, at
+# load 7-25: its request thread held the GIL 63 ms from its start to asgiref's next release, in a
+# span 64 ms over). So the app's CPU is first its own: its own session (the kernel shares CPU time
+# between sessions' autogroups before it looks at a process's nice), that group at nice -20
+# (Django's /own at load 7 and a busy loop besides: 0-2 of 60 requests off a run, against 6-21
+# left as it was). Not SCHED_FIFO: the kernel stops it 50 ms in every second it keeps a CPU busy.
+FIRST = ["setsid", "nice", "-n", "-20"]
+
+
+def _first(pid: int) -> None:
+    """Process ``pid``'s session (its autogroup, where the kernel has them) at nice -20."""
+    autogroup = Path(f"/proc/{pid}/autogroup")
+    if autogroup.exists():
+        autogroup.write_text("-20")
 
 
 def _pin(pid: int, cpus: set[int]) -> None:
@@ -64,7 +79,8 @@ def _pin(pid: int, cpus: set[int]) -> None:
 def app_cpu(*others: stack.Service) -> Iterator[int]:
     """A CPU for the app (its number), the others for the load (this process) and ``others``:
     a thread preempted while it holds the GIL holds it past its CPU time, the lower bound of
-    the requests' truth (tests/workloads/own_time.py)."""
+    the requests' truth (tests/workloads/own_time.py). The app runs there before any other
+    process (FIRST)."""
     everywhere = os.sched_getaffinity(0)
     assert len(everywhere) >= 2, "the ground truth needs a CPU for the app and one for the rest"
     pids = (os.getpid(), *(s.proc.pid for s in others))
@@ -87,7 +103,7 @@ def truth_app(collector, jaeger, backend, tmp_path):
 
     def start(server: str, **env: str) -> tuple[stack.Service, str]:
         port, service = next(_ports), f"{server}-{backend}"
-        argv = ["taskset", "-c", str(cpu), str(Path(sys.executable).parent / "opentelemetry-instrument"),
+        argv = ["taskset", "-c", str(cpu), *FIRST, str(Path(sys.executable).parent / "opentelemetry-instrument"),
                 *(str(Path(sys.executable).parent / a) if i == 0 else a for i, a in enumerate(SERVERS[server](port)))]
         env = {**os.environ, "OTEL_SERVICE_NAME": service, "OTEL_TRACES_EXPORTER": "otlp",
                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_ENDPOINT": stack.OTLP_HTTP,
@@ -100,6 +116,7 @@ def truth_app(collector, jaeger, backend, tmp_path):
         except stack.StackError as exc:
             pytest.fail(str(exc))
         started.append(svc)
+        _first(svc.proc.pid)
         if backend == "collector":  # a forked worker registers on its first span (those before say pending)
             registered(collector, svc)
         return svc, service

@@ -2,12 +2,15 @@
 real one, wrapt), in either order and every undo order; and who a kernel tid was over a
 stretch of time: real threads that ended, and synthetic successions of owners (tid reuse)."""
 
+import _thread
+import gc
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
+import weakref
 
 import pytest
 from opentelemetry.instrumentation.threading import ThreadingInstrumentor
@@ -104,9 +107,12 @@ def test_an_ended_thread_is_still_named_for_its_time():
     while threads._task_owner(thread.native_id) is not None and time.monotonic() < deadline:
         time.sleep(0.001)  # the kernel let it go: nothing of it in /proc
     assert threads.owner(thread.native_id, before, after) == (thread.ident, "short-lived")
-    threads._memory.sweep()  # settled: its name kept without the thread
-    assert threads.owner(thread.native_id, before, after) == (thread.ident, "short-lived")
-    assert threads.owner(thread.native_id, before - 10**9, before - 1) == (None, None)  # before it, unknown
+    tid, ident, freed = thread.native_id, thread.ident, weakref.ref(thread)
+    del thread
+    gc.collect()
+    assert freed() is None  # nothing of ours kept it
+    assert threads.owner(tid, before, after) == (ident, "short-lived")  # settled: its name kept without it
+    assert threads.owner(tid, before - 10**9, before - 1) == (None, None)  # before it, unknown
 
 
 def _owners(monkeypatch, tid: int, *owners: threads._Owner, horizon: int = 0, now=None) -> None:
@@ -117,7 +123,7 @@ def _owners(monkeypatch, tid: int, *owners: threads._Owner, horizon: int = 0, no
 
 
 def _ended(since: int, running: int, ended: int, name: str) -> threads._Owner:
-    return threads._Owner(since, running, None, ident=hash(name), name=name, ended_ns=ended)
+    return threads._Owner(7, since, running, hash(name), name, ended_ns=ended)
 
 
 def test_a_reused_tid_names_only_the_thread_that_had_it(monkeypatch):
@@ -141,7 +147,7 @@ def test_a_forgotten_owner_makes_the_first_known_uncertain(monkeypatch):
 
 
 def test_a_thread_not_known_named_from_proc_only_if_it_ran_through_the_window(monkeypatch):
-    now = threads._Owner(300, 310, None, ident=None, name="c-thread")
+    now = threads._Owner(7, 300, 310, None, "c-thread")
     _owners(monkeypatch, 7, now=now)
     assert threads.owner(7, 320, 400) == (None, "c-thread")
     assert threads.owner(7, 305, 400) == (None, None)
@@ -159,7 +165,8 @@ def test_memory_is_bounded(monkeypatch):
     threads.watch_starts()
     for i in range(100):
         _ran(f"t{i}")
-    threads._memory.sweep()
+    gc.collect()
+    threads._memory.known(0)  # (settles those freed since the last start)
     assert sum(len(o) for o in threads._memory.owners.values()) <= 8 + len(threading.enumerate())
 
 
@@ -184,3 +191,105 @@ def test_threads_sharing_a_kernel_thread_leave_it_to_its_owner():
     assert done.returncode == 0, done.stderr
     shared, named, me = json.loads(done.stdout)
     assert shared and named == me, (named, me)
+
+
+class _Worker(threading.Thread):
+    """A thread whose object holds its work (as a pool's worker holds its queue)."""
+
+    def __init__(self, work: object) -> None:
+        super().__init__(name="worker")
+        self.work = work
+
+
+class _Work:
+    pass
+
+
+def test_an_ended_threads_objects_are_freed():
+    """What an ended Thread held (its work queue) is freed once the app lets it go: the memory
+    keeps its id and name, not the Thread, and is settled without a sweep."""
+    threads.watch_starts()
+    work = _Work()
+    freed = weakref.ref(work)
+    thread = _Worker(work)
+    thread.start()
+    thread.join()
+    tid, ident = thread.native_id, thread.ident
+    del thread, work
+    gc.collect()
+    assert freed() is None
+    (known,) = threads._memory.known(tid)
+    assert known.ref is None and known.ended_ns is not None and (known.ident, known.name) == (ident, "worker")
+
+
+def test_a_start_costs_the_same_however_many_threads_are_known(monkeypatch):
+    """Thread.start looks at its id's last owner only: none of the 5,000 others known."""
+    threads.watch_starts()
+    memory = threads._memory
+    others = range(10**7, 10**7 + 5000)  # ids no thread here has
+    for tid in others:
+        memory.add(threads._Owner(tid, 0, 0, tid, f"t{tid}", ref=weakref.ref(threading.main_thread())))
+    looked = []
+    who = threads._Owner.who
+    monkeypatch.setattr(threads._Owner, "who", lambda self: looked.append(self.tid) or who(self))
+    _ran("one more")
+    assert not set(looked) & set(others)
+
+
+def test_concurrent_starts_are_all_known():
+    """Threads started from 8 threads at once: each one's owner is kept (adds take the lock)."""
+    threads.watch_starts()
+    started: list = []
+
+    def starter() -> None:
+        for _ in range(50):
+            t = threading.Thread(target=time.sleep, args=(0.001,))
+            t.start()
+            started.append((t.native_id, t.ident))
+
+    starters = [threading.Thread(target=starter) for _ in range(8)]
+    for t in starters:
+        t.start()
+    for t in starters:
+        t.join()
+    gc.collect()
+    for tid, ident in started:
+        assert ident in [o.ident for o in threads._memory.known(tid)], tid
+
+
+def test_a_thread_whose_start_was_not_seen_is_named_only_since_its_task_began(monkeypatch):
+    """A Thread started past our wrapper, and one started from C (a dummy, once it asks for
+    current_thread()): named for a stretch only if /proc says its task had begun; the first
+    read once (/proc each read lets the GIL go), a dummy before 3.13 by its kernel name (its
+    Thread may be an ended thread's)."""
+    threads.watch_starts()
+    before = time.monotonic_ns() - 10**9
+    time.sleep(2 / os.sysconf("SC_CLK_TCK"))  # (/proc's start time is to a tick)
+    stop = threading.Event()
+    unseen = threading.Thread(target=stop.wait, name="unseen")
+    ORIGINAL(unseen)  # as a library that saved Thread.start before instrument() would
+    ready, dummies = threading.Event(), []
+
+    def from_c() -> None:
+        dummies.append(threading.current_thread())
+        ready.set()
+        stop.wait()
+
+    _thread.start_new_thread(from_c, ())
+    try:
+        assert ready.wait(5)
+        time.sleep(2 / os.sysconf("SC_CLK_TCK"))
+        now = time.monotonic_ns()
+        reads = []
+        task_owner = threads._task_owner
+        monkeypatch.setattr(threads, "_task_owner", lambda tid: reads.append(tid) or task_owner(tid))
+        for thread, name in ((unseen, "unseen"), (dummies[0], dummies[0].name if threads._DUMMIES_END else None)):
+            tid = thread.native_id
+            assert threads.owner(tid, before, before + 1000) == (None, None), "named before it began"
+            named = threads.owner(tid, now - 1000, now)
+            assert named[1] == (name or task_owner(tid).name), named
+            assert threads.owner(tid, now - 1000, now) == named
+        assert reads.count(unseen.native_id) == 1  # remembered
+    finally:
+        stop.set()
+        unseen.join()

@@ -212,3 +212,47 @@ def test_a_fork_while_another_thread_draws_leaves_the_child_free_to_draw():
         release.set()
         thread.join()
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_span_open_for_an_hour_keeps_the_last_waits_handed_up(loop_thread, monkeypatch):
+    """A streaming response's span, open while its 3,600 chunks (one a second for an hour) are
+    sent, each chunk a span of its own in flight through a wait in the loop's code (handed up):
+    it never keeps more than MAX_HANDED of them, draws the last ones, and counts the rest."""
+    tracer, slot, exporter = loop_thread
+    monkeypatch.setattr(wait_spans, "threshold_ns", 10_000)  # 20 µs waits, not 3 ms ones: the hour in a second
+    chunks, kept = 3600, []
+
+    def short_wait() -> tuple[int, int]:
+        t0 = time.monotonic_ns()
+        while time.monotonic_ns() - t0 < 20_000:
+            pass
+        t1 = time.monotonic_ns()
+        record_wait(slot, t0, t1, blocker=1, long_wait_ns=10_000)
+        return t0, t1
+
+    async def chunk(waits: list) -> None:
+        with tracer.start_as_current_span("chunk"):
+            await asyncio.sleep(0)
+            asyncio.get_running_loop().call_soon(lambda: waits.append(short_wait()), context=contextvars.Context())
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+
+    async def stream() -> list:
+        waits: list = []
+        with tracer.start_as_current_span("stream") as span:
+            for _ in range(chunks):
+                await asyncio.gather(chunk(waits))
+                kept.append(len(getattr(span, wait_spans._HANDED, ())))
+        return waits
+
+    waits = asyncio.run(stream())
+    assert len(waits) == chunks and max(kept) == wait_spans.MAX_HANDED
+    found = exporter.get_finished_spans()
+    (span,) = [s for s in found if s.name == "stream"]
+    bars = [s for s in found if s.name == GIL_WAIT]
+    assert span.attributes["gil.wait_spans_dropped"] == chunks - wait_spans.MAX_HANDED
+    events = sorted(e.timestamp for e in span.events if e.name == "gil.wait")  # (each span's clocks read apart)
+    assert sorted(b.start_time for b in bars) == pytest.approx(events, abs=0.1 * MS)
+    last = {end - start for start, end in waits[-wait_spans.MAX_HANDED:]}
+    assert {b.end_time - b.start_time for b in bars} == last
+    assert all(b.parent.span_id == span.context.span_id for b in bars)
