@@ -24,6 +24,9 @@ HOG_THREAD_NAME = "metrics-collector"
 
 _hog_pid = 0  # the process whose hog runs: a forked child has a different pid
 _hog_lock = threading.Lock()
+_hog_paused = threading.Lock()  # held by blocked(): the hog waits on it (without the GIL) meanwhile
+BLOCKER_THREAD_NAME = "gil-holder"
+BLOCKED_MS = 200
 _gil_holding_libc = ctypes.PyDLL(None)  # unlike ctypes.CDLL, calls through PyDLL keep the GIL
 
 
@@ -44,9 +47,10 @@ def _metrics_collector(busy: float, period: float) -> None:
     """Every ``period`` seconds, aggregate "metrics" in pure Python for ``busy`` seconds."""
     next_round = time.monotonic()
     while True:
-        until = next_round + busy
-        while time.monotonic() < until:
-            compute_stats()
+        with _hog_paused:
+            until = next_round + busy
+            while time.monotonic() < until:
+                compute_stats()
         next_round += period
         time.sleep(max(next_round - time.monotonic(), 0.001))
 
@@ -83,6 +87,18 @@ def slow_c() -> str:
     """A 20 ms C call that does not release the GIL: everyone else waits."""
     _gil_holding_libc.usleep(20_000)
     return "slow C call done\n"
+
+
+def blocked() -> str:
+    """A known wait (a ground truth): a thread of ours holds the GIL for BLOCKED_MS in a C call
+    (ctypes.PyDLL keeps it) from the moment it starts, and this request waits it out; the hog
+    pauses meanwhile, so the request waits for that thread alone."""
+    with _hog_paused:
+        holder = threading.Thread(target=_gil_holding_libc.usleep, args=(BLOCKED_MS * 1000,),
+                                  name=BLOCKER_THREAD_NAME)
+        holder.start()  # returns once the holder runs: it holds the GIL then, until its call returns
+        holder.join()
+    return f"waited for {BLOCKER_THREAD_NAME}'s {BLOCKED_MS} ms hold\n"
 
 
 def health() -> str:
