@@ -102,8 +102,10 @@ class AppPod:
             # the Operator's defaults for Python, then its common SDK env
             "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
             "OTEL_TRACES_EXPORTER": "otlp",
-            "OTEL_METRICS_EXPORTER": "otlp",
-            "OTEL_LOGS_EXPORTER": "otlp",
+            # the Operator's otlp for both, made none as instrumentation.yaml says for a Jaeger
+            # endpoint (it takes traces only: each metrics or logs export would log a 404)
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_LOGS_EXPORTER": "none",
             # the app's own PYTHONPATH (Django's settings must import when the instrumentor runs), as
             # the Operator merges it: its tree's sitecustomize first, the app's, the tree
             "PYTHONPATH": f"{PYTHONPATH_PREFIX}:{app_dir}:{PYTHONPATH_SUFFIX}",
@@ -143,7 +145,7 @@ def collector_pod(name: str, socket_dir: str, capabilities: list[str] | None = N
     """deploy/kubernetes/collector-daemonset.yaml's Pod template as a Pod (podman plays no
     DaemonSet), with this repo's collector image, its socket on ``socket_dir`` of the host and
     ``capabilities`` instead of the file's, if given."""
-    daemonset = yaml.safe_load(DAEMONSET.read_text())
+    daemonset = daemonset_manifest()
     spec = daemonset["spec"]["template"]["spec"]
     container = spec["containers"][0]
     container.update(image=COLLECTOR_IMAGE, imagePullPolicy="Never")
@@ -156,6 +158,11 @@ def collector_pod(name: str, socket_dir: str, capabilities: list[str] | None = N
             "metadata": {"name": name, "labels": daemonset["metadata"]["labels"],
                          "annotations": {"seccomp.security.alpha.kubernetes.io/pod": seccomp}},
             "spec": {**spec, "restartPolicy": "Never"}}
+
+
+def daemonset_manifest() -> dict:
+    """The DaemonSet of collector-daemonset.yaml (its namespace and ServiceAccount precede it)."""
+    return next(d for d in yaml.safe_load_all(DAEMONSET.read_text()) if d and d["kind"] == "DaemonSet")
 
 
 def app_image(python: str) -> str:

@@ -270,6 +270,17 @@ def check_hog_ground_truth(report: dict) -> None:
     check_pure_python_blocker(report)
 
 
+def check_known_wait(tags: dict) -> None:
+    """A /blocked server span of the example apps (examples/workload.py: blocked): its wait is
+    gil-holder's PyDLL hold, the truth, and gil-holder its top blocker with that hold."""
+    import workload  # examples/workload.py
+
+    assert "gil.status" not in tags, tags
+    assert within(tags["gil.wait_ms"], workload.BLOCKED_MS), tags
+    assert tags["gil.top_blocker.thread.name"] == workload.BLOCKER_THREAD_NAME, tags
+    assert within(tags["gil.top_blocker.hold_ms"], workload.BLOCKED_MS), tags
+
+
 def check_releases_counted(report: dict) -> None:
     """The syscalls scenario: every release of os.stat/os.read counted (acquisitions = the truth's,
     + 2 at most), the hold as measured between them, no wait."""
