@@ -249,10 +249,18 @@ def wait_ready(pods: list[AppPod], timeout: float = 120) -> None:
 
 def get(url: str) -> int:
     """GET ``url`` (no proxy): its status."""
+    return _get(url)[0]
+
+
+def get_text(url: str) -> str:
+    """GET ``url`` (no proxy): its body."""
+    return _get(url)[1]
+
+
+def _get(url: str) -> tuple[int, str]:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(url, timeout=60) as resp:
-        resp.read()
-        return resp.status
+        return resp.status, resp.read().decode()
 
 
 DEMO = [AppPod("kube-flask-311", "flask", "3.11", 8300), AppPod("kube-fastapi-311", "fastapi", "3.11", 8301),

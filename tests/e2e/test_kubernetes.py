@@ -16,7 +16,7 @@ import time
 import pytest
 import yaml
 
-from helpers import check_known_wait, stack
+from helpers import KNOWN_WAITS, check_known_waits, known_wait_ms, stack
 
 import kube  # scripts/kube.py
 
@@ -59,28 +59,28 @@ def server_spans(pod: kube.AppPod, since_us: int) -> list[dict]:
     return found
 
 
-def blocked_span(pod: kube.AppPod) -> dict:
-    """The server span of one GET /blocked: a known wait (examples/workload.py)."""
+def known_waits(pod: kube.AppPod) -> tuple[list[dict], list[float]]:
+    """KNOWN_WAITS GETs of /blocked (examples/workload.py): their server spans' tags and truths."""
     since, name = time.time_ns() // 1000, pod.span_name.removesuffix("io") + "blocked"
-    assert kube.get(pod.url + "/blocked") == 200
-    spans = [s for s in stack.wait_for_spans(pod.service, name, 1, timeout=60, since_us=since)
+    truths = [known_wait_ms(kube.get_text(pod.url + "/blocked")) for _ in range(KNOWN_WAITS)]
+    spans = [s["tags"] for s in stack.wait_for_spans(pod.service, name, KNOWN_WAITS, timeout=60, since_us=since)
              if s["operationName"] == name and s["tags"].get("span.kind") == "server"]
-    assert spans, kube.failed(pod, f"its {name} span did not reach Jaeger")
-    return spans[0]
+    assert len(spans) == KNOWN_WAITS, kube.failed(pod, f"{len(spans)} of its {KNOWN_WAITS} {name} spans reached Jaeger")
+    return spans, truths
 
 
 @pytest.mark.parametrize("pod", PODS, ids=[p.name for p in PODS])
 def test_operator_injected_app_spans_carry_gil_figures(pods, pod):
     """Each server span has the in-process figures (no collector in this path): wait and hold
-    within the span's own time (1 ms for rounding); a /blocked span's wait and top blocker are the
-    known hold's (5 % or 0.5 ms); no export failed (the Jaeger endpoint takes traces only: the
+    within the span's own time (1 ms for rounding); /blocked spans wait out the known hold (their
+    median, 5 % or 0.5 ms: helpers.check_known_waits) and name its thread; no export failed (the Jaeger endpoint takes traces only: the
     Pods export no metrics or logs, as instrumentation.yaml says for it)."""
     spans = server_spans(pod, requests(pod))
     for span in spans:
         tags = span["tags"]
         assert "gil.status" not in tags and "gil.wait_ms" in tags, kube.failed(pod, f"a span without figures: {tags}")
         assert tags["gil.wait_ms"] + tags["gil.hold_ms"] <= span["duration"] / 1000 + 1, (span["duration"], tags)
-    check_known_wait(blocked_span(pod)["tags"])
+    check_known_waits(*known_waits(pod))
     log = kube.logs(pod.name, lines=2000)
     assert "Failed to export" not in log, kube.failed(pod, "an export failed")
 
