@@ -41,6 +41,7 @@ PAUSE_IMAGE = "localhost/otel-gil/pause:catatonit"  # the sandbox image: Debian'
 # The kubelet sets these at start unless protectKernelDefaults (which refuses to start if they differ): down restores them.
 SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
            "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
+KUBELET_FIXED = Path("/var/lib/kubelet")  # its device-plugins socket's, whatever --root-dir says
 COMPONENTS = ("containerd", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
 
 
@@ -175,6 +176,8 @@ state = "{RUN / 'containerd'}"
 [{cri}]
   sandbox_image = "{PAUSE_IMAGE}"
   netns_mounts_under_state_dir = true
+  # this VM withholds CAP_SYS_RESOURCE even from root: no score below containerd's own (the sandbox's -998)
+  restrict_oom_score_adj = true
 [{cri}.cni]
   bin_dir = "/usr/lib/cni"
   conf_dir = "{RUN / 'cni'}"
@@ -223,6 +226,8 @@ def up() -> None:
     bin_dir, ip = binaries(), node_ip()
     STATE.mkdir(parents=True, exist_ok=True)
     RUN.mkdir(parents=True, exist_ok=True)
+    if not KUBELET_FIXED.exists():
+        (RUN / "made-var-lib-kubelet").touch()  # down removes it then
     (RUN / "sysctls.json").write_text(json.dumps({k: Path(f"/proc/sys/{k}").read_text() for k in SYSCTLS}))
     certificates(ip)
     kubeconfig()
@@ -257,7 +262,8 @@ def up() -> None:
     start("kube-scheduler", [str(bin_dir / "kube-scheduler"), f"--kubeconfig={KUBECONFIG}", "--leader-elect=false",
                              "--bind-address=127.0.0.1", "--profiling=false"])
     start("kubelet", [str(bin_dir / "kubelet"), f"--config={kubelet_config()}", f"--kubeconfig={KUBECONFIG}",
-                      f"--root-dir={STATE / 'kubelet'}", f"--hostname-override={NODE}", f"--node-ip={ip}"])
+                      f"--root-dir={STATE / 'kubelet'}", f"--cert-dir={STATE / 'kubelet-pki'}",
+                      f"--hostname-override={NODE}", f"--node-ip={ip}"])
     wait("kubelet", lambda: "True" in kubectl("get", "node", NODE, "-o",
                                               "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False),
          timeout=180)
@@ -355,6 +361,8 @@ def down() -> None:
     if (RUN / "sysctls.json").exists():
         for key, value in json.loads((RUN / "sysctls.json").read_text()).items():
             Path(f"/proc/sys/{key}").write_text(value)
+    if (RUN / "made-var-lib-kubelet").exists():
+        shutil.rmtree(KUBELET_FIXED, ignore_errors=True)
     shutil.rmtree(RUN, ignore_errors=True)
     shutil.rmtree(STATE, ignore_errors=True)
     print("kube-cluster: down")
