@@ -106,10 +106,14 @@ def instrumented_namespace(node):
         pytest.fail(str(exc))
     labels = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn")}
     apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": APPS_NAMESPACE, "labels": labels}})
-    rendered = manifests.render("--set", "collector.enabled=false", "--set", f"instrumentation.image={PYTHON_IMAGE}",
-                                namespace=APPS_NAMESPACE)
-    cluster.kubectl("apply", "-f", "-", stdin=rendered.encode())
+    helm_install("otel-gil", APPS_NAMESPACE, "collector.enabled=false", f"instrumentation.image={PYTHON_IMAGE}")
     return APPS_NAMESPACE
+
+
+def helm_install(release: str, namespace: str, *values: str) -> None:
+    """The chart installed on the cluster, as the README says."""
+    cluster.run(manifests.helm(), "install", release, str(manifests.CHART), "--kubeconfig", str(cluster.KUBECONFIG),
+                "--namespace", namespace, *(a for v in values for a in ("--set", v)), timeout=120)
 
 
 def test_operator_webhook_injects_a_plain_deployment(instrumented_namespace):
@@ -129,6 +133,20 @@ def test_operator_webhook_injects_a_plain_deployment(instrumented_namespace):
     env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
     assert env["PYTHONPATH"].startswith("/otel-auto-instrumentation-python/opentelemetry/instrumentation/")
     assert env["OTEL_GIL_BACKEND"] == "auto" and env["OTEL_SERVICE_NAME"] == "plain", env
+
+
+def test_collector_chart_makes_a_daemonset_pod_on_the_node(node):
+    """The chart's collector half, installed: its namespace (PodSecurity privileged) admits the
+    DaemonSet's Pod (hostPID, hostPath, capabilities, system-node-critical), bound to the node.
+    (The collector's image is not on the node here: what it does there is not checked.)"""
+    helm_install("otel-gil-collector", "default", "instrumentation.enabled=false",
+                 "collector.image=localhost/otel-gil/collector:absent", "collector.imagePullPolicy=Never")
+    pods = wait_for("the DaemonSet's Pod bound to a node", lambda: (
+        items := kubectl_json("-n", "otel-gil-system", "get", "pods")["items"]) and items[0]["spec"].get("nodeName")
+        and items)
+    spec = pods[0]["spec"]
+    assert len(pods) == 1 and spec["nodeName"] == cluster.NODE and spec["hostPID"] is True, spec
+    assert spec["priorityClassName"] == "system-node-critical" and spec["priority"] == 2000001000, spec
 
 
 def test_down_leaves_nothing(node):
