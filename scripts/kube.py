@@ -149,8 +149,8 @@ def collector_pod(name: str, socket_dir: str, capabilities: list[str] | None = N
     spec = daemonset["spec"]["template"]["spec"]
     container = spec["containers"][0]
     container.update(image=COLLECTOR_IMAGE, imagePullPolicy="Never")
-    # podman 4.3 runs probes as systemd timers, and fails the container where there is no systemd
-    # (this machine): the probes are a cluster's to run (otel-gil-collector --probe, unit-tested).
+    # podman runs probes through systemd timers (its init may fail where it cannot make one) and
+    # this machine has no systemd: the probes are a cluster's (otel-gil-collector --probe, unit-tested).
     for probe in ("readinessProbe", "livenessProbe"):
         container.pop(probe)
     if capabilities is not None:
