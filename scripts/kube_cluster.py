@@ -253,6 +253,7 @@ def up() -> None:
         f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
         "--service-account-issuer=https://kubernetes.default.svc", f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--authorization-mode=Node,RBAC", "--allow-privileged=true", "--enable-aggregator-routing=true",
+        "--kubelet-preferred-address-types=InternalIP",  # the node's name resolves nowhere
         "--profiling=false"])
     wait("kube-apiserver", lambda: https_ok(f"https://127.0.0.1:{APISERVER_PORT}/readyz"), timeout=180)
     start("kube-controller-manager", [
