@@ -56,8 +56,12 @@ def run(*argv: str, stdin: bytes | None = None, check: bool = True, timeout: flo
     return done.stdout.decode()
 
 
-def binaries() -> Path:
-    return Path(run(str(ROOT / "scripts" / "kube-bin.sh"), "dir", "kubernetes", timeout=3600).strip())
+def binaries(what: str = "kubernetes") -> Path:
+    """scripts/kube-bin.sh's directory of ``what``, built first when missing (it says so on stderr)."""
+    done = subprocess.run([str(ROOT / "scripts" / "kube-bin.sh"), "dir", what], stdout=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise ClusterError(f"scripts/kube-bin.sh dir {what} failed (its messages above)")
+    return Path(done.stdout.strip())
 
 
 def node_ip() -> str:

@@ -97,7 +97,7 @@ def manifests(src: Path) -> list[dict]:
 
 
 def install() -> None:
-    binary = Path(cluster.run(str(cluster.ROOT / "scripts" / "kube-bin.sh"), "dir", "operator", timeout=3600).strip())
+    binary = cluster.binaries("operator")
     cluster.import_once(IMAGE, lambda: cluster.scratch_archive(IMAGE, binary / "opentelemetry-operator",
                                                                ["/opentelemetry-operator"]))
     cluster.kubectl("apply", "--server-side", "-f", "-",
