@@ -10,6 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kube_cluster  # noqa: E402  (scripts/kube_cluster.py: the cached binaries)
+
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "deploy" / "helm" / "otel-gil"
 PLAIN = ROOT / "deploy" / "kubernetes"
@@ -21,10 +24,7 @@ HEADER = "# Rendered from deploy/helm/otel-gil (make manifests): edit the chart,
 
 def helm() -> str:
     """helm's path (scripts/kube-bin.sh builds it from its Go module once)."""
-    done = subprocess.run([str(ROOT / "scripts" / "kube-bin.sh"), "dir", "helm"], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"scripts/kube-bin.sh dir helm failed:\n{done.stderr}")
-    return f"{done.stdout.strip()}/helm"
+    return str(kube_cluster.binaries("helm") / "helm")
 
 
 def render(*args: str, namespace: str = NAMESPACE) -> str:
