@@ -27,9 +27,10 @@ APPS_NAMESPACE = "otel-gil-apps"
 PYTHON_IMAGE = "localhost/otel-gil/autoinstrumentation-python:0.1.0"  # make operator-image's
 
 
-def veths() -> set[str]:
+def veths(*selector: str) -> set[str]:
+    """The names of the host's veths (``selector``: e.g. master BRIDGE)."""
     return {line.split(":")[1].strip().split("@")[0]
-            for line in subprocess.run(["ip", "-o", "link", "show", "type", "veth"], capture_output=True,
+            for line in subprocess.run(["ip", "-o", "link", "show", *selector, "type", "veth"], capture_output=True,
                                        text=True, check=True).stdout.splitlines()}
 
 
@@ -39,13 +40,12 @@ def node():
         pytest.fail("containerd, the kubelet and their mounts need root: run as root, as CI does")
     if (cluster.RUN / "pids").exists():
         pytest.fail(f"a cluster of scripts/kube_cluster.py runs already ({cluster.RUN}): make kube-cluster-down first")
-    before = veths()
     var_lib_kubelet = cluster.KUBELET_FIXED.exists()
     try:
         started = time.monotonic()
         cluster.up()
         up_s = time.monotonic() - started
-        yield {"veths": before, "up_s": up_s, "var_lib_kubelet": var_lib_kubelet}
+        yield {"up_s": up_s, "var_lib_kubelet": var_lib_kubelet}
     except cluster.ClusterError as exc:
         pytest.fail(str(exc))
     finally:
@@ -150,17 +150,19 @@ def test_collector_chart_makes_a_daemonset_pod_on_the_node(node):
 
 
 def test_down_leaves_nothing(node):
-    """After down: no process it started, no mount under its directories, no bridge and no new
-    veth, no kubepods cgroup, no KUBE-* iptables chain and no rule naming its bridge or range, no
-    directory it made (the kubelet's /var/lib/kubelet too), the kernel settings it changed restored."""
+    """After down: no process it started, no mount under its directories, no bridge and none of
+    the Pods' veths, no kubepods cgroup, no KUBE-* iptables chain and no rule naming its bridge or
+    range, no directory it made (the kubelet's /var/lib/kubelet too), the kernel settings it
+    changed restored."""
     pids = [int(p.read_text()) for p in (cluster.RUN / "pids").iterdir()]
     sysctls = json.loads((cluster.RUN / "sysctls.json").read_text())
+    pods_veths = veths("master", cluster.BRIDGE)  # the host ends of the running Pods' interfaces
     cluster.down()
     assert {k: (Path("/proc/sys") / k).read_text() for k in sysctls} == sysctls
     assert not [pid for pid in pids if cluster.alive(pid)]
     assert not cluster.mounts_below(cluster.RUN, cluster.STATE, cluster.IMAGES)
     assert subprocess.run(["ip", "link", "show", cluster.BRIDGE], capture_output=True).returncode != 0
-    assert veths() <= node["veths"]
+    assert pods_veths and not pods_veths & veths()
     assert not [h for h in os.listdir("/sys/fs/cgroup") if os.path.isdir(f"/sys/fs/cgroup/{h}/kubepods")]
     for tool in ("iptables", "ip6tables"):
         for table in ("filter", "nat", "mangle"):
