@@ -121,7 +121,7 @@ class AppPod:
         if self.socket_dir:
             env["OTEL_GIL_SOCKET"] = f"{SOCKET_MOUNT}/otel-gil.sock"
             volumes.append({"name": f"{self.name}-socket", "hostPath": {"path": self.socket_dir, "type": "Directory"}})
-            mounts.append({"name": f"{self.name}-socket", "mountPath": SOCKET_MOUNT})
+            mounts.append({"name": f"{self.name}-socket", "mountPath": SOCKET_MOUNT, "readOnly": True})
         return {
             "apiVersion": "v1",
             "kind": "Pod",
