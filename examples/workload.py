@@ -57,11 +57,12 @@ def _metrics_collector(busy: float, period: float) -> None:
 
 def ensure_hog() -> None:
     """Start this process's ``metrics-collector`` thread unless it runs (or ``EXAMPLE_GIL_HOG=0``)."""
-    global _hog_pid
+    global _hog_pid, _hog_paused
     if _hog_pid == os.getpid() or os.environ.get("EXAMPLE_GIL_HOG", "1") == "0":
         return
     with _hog_lock:
         if _hog_pid != os.getpid():
+            _hog_paused = threading.Lock()  # a fork's copy may be held by a hog that is not in this process
             busy, period = _env_seconds("EXAMPLE_HOG_BUSY_MS", 40), _env_seconds("EXAMPLE_HOG_PERIOD_MS", 50)
             threading.Thread(target=_metrics_collector, args=(busy, period), name=HOG_THREAD_NAME, daemon=True).start()
             _hog_pid = os.getpid()
