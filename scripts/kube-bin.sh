@@ -51,6 +51,7 @@ dir() {
         helm) out=$cache/helm-$helm ;;
         *) echo "usage: $0 dir kubernetes|operator|helm" >&2; exit 2 ;;
     esac
+    if [ -d "$out" ]; then echo "$out"; return; fi  # built: no lock needed (nor write access to the cache)
     mkdir -p "$cache"
     exec 9>"$out.lock"
     flock 9  # one build at a time; the others wait and reuse it
