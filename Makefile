@@ -13,7 +13,7 @@ PY := $(VENV)/bin/python
 SDK_MIN := opentelemetry-api==1.30.0 opentelemetry-sdk==1.30.0 opentelemetry-instrumentation==0.51b0
 
 .PHONY: host venv matrix rootfs tools wheels images demo compose compose-scale compose-down test test-sdk-min bench soak clean \
-	operator-image kube-demo kube-down
+	operator-image kube-demo kube-down kube-cluster kube-cluster-down kube-load manifests
 
 host:
 	$(SUDO) scripts/setup-host.sh
@@ -94,12 +94,32 @@ kube-demo: host venv rootfs tools operator-image
 kube-down:
 	$(SUDO) $(PY) scripts/kube.py down
 
+# A real single-node Kubernetes here (scripts/kube_cluster.py; README "Kubernetes"): etcd, the
+# control plane and a kubelet on containerd, built once from k8s.io/kubernetes (scripts/kube-bin.sh);
+# its last lines say how to reach it. make kube-load IMAGE=... puts the engine's image on the node.
+kube-cluster: host venv
+	$(SUDO) $(PY) scripts/kube_cluster.py up
+
+kube-cluster-down:
+	$(SUDO) $(PY) scripts/kube_cluster.py down
+
+kube-load:
+	$(SUDO) $(PY) scripts/kube_cluster.py load $(IMAGE)
+
+# deploy/kubernetes/'s plain manifests, rendered from the Helm chart deploy/helm/otel-gil.
+manifests:
+	$(PY) scripts/manifests.py
+
 # Jaeger (its release binary where it downloads, else built from its Go module: scripts/jaeger.sh),
-# Prometheus and promtool (built from their Go modules), once, cached outside the repo.
+# Prometheus, promtool, helm, Kubernetes' binaries and the OpenTelemetry Operator (built from their Go
+# modules: Kubernetes 25 min, the Operator 17 on a loaded 2-core VM), once, cached outside the repo.
 tools:
 	$(SUDO) scripts/jaeger.sh path
 	$(SUDO) scripts/prometheus.sh path prometheus
 	$(SUDO) scripts/prometheus.sh path promtool
+	$(SUDO) scripts/kube-bin.sh dir helm >/dev/null
+	$(SUDO) scripts/kube-bin.sh dir kubernetes >/dev/null
+	$(SUDO) scripts/kube-bin.sh dir operator >/dev/null
 
 # --durations: where the minutes went, in CI's log.
 test: host venv matrix rootfs tools wheels images test-sdk-min

@@ -24,6 +24,9 @@ HOG_THREAD_NAME = "metrics-collector"
 
 _hog_pid = 0  # the process whose hog runs: a forked child has a different pid
 _hog_lock = threading.Lock()
+_hog_paused = threading.Lock()  # held by blocked(): the hog waits on it (without the GIL) meanwhile
+BLOCKER_THREAD_NAME = "gil-holder"
+BLOCKED_MS = 200
 _gil_holding_libc = ctypes.PyDLL(None)  # unlike ctypes.CDLL, calls through PyDLL keep the GIL
 
 
@@ -44,20 +47,22 @@ def _metrics_collector(busy: float, period: float) -> None:
     """Every ``period`` seconds, aggregate "metrics" in pure Python for ``busy`` seconds."""
     next_round = time.monotonic()
     while True:
-        until = next_round + busy
-        while time.monotonic() < until:
-            compute_stats()
+        with _hog_paused:
+            until = next_round + busy
+            while time.monotonic() < until:
+                compute_stats()
         next_round += period
         time.sleep(max(next_round - time.monotonic(), 0.001))
 
 
 def ensure_hog() -> None:
     """Start this process's ``metrics-collector`` thread unless it runs (or ``EXAMPLE_GIL_HOG=0``)."""
-    global _hog_pid
+    global _hog_pid, _hog_paused
     if _hog_pid == os.getpid() or os.environ.get("EXAMPLE_GIL_HOG", "1") == "0":
         return
     with _hog_lock:
         if _hog_pid != os.getpid():
+            _hog_paused = threading.Lock()  # a fork's copy may be held by a hog that is not in this process
             busy, period = _env_seconds("EXAMPLE_HOG_BUSY_MS", 40), _env_seconds("EXAMPLE_HOG_PERIOD_MS", 50)
             threading.Thread(target=_metrics_collector, args=(busy, period), name=HOG_THREAD_NAME, daemon=True).start()
             _hog_pid = os.getpid()
@@ -83,6 +88,25 @@ def slow_c() -> str:
     """A 20 ms C call that does not release the GIL: everyone else waits."""
     _gil_holding_libc.usleep(20_000)
     return "slow C call done\n"
+
+
+def blocked() -> str:
+    """A known wait (a ground truth): a thread of ours holds the GIL for BLOCKED_MS in a C call
+    (ctypes.PyDLL keeps it) from the moment it starts, and this request waits it out; the hog
+    pauses meanwhile, so the request waits for that thread alone. The answer says how long the
+    hold took, timed inside it (a loaded host's usleep oversleeps)."""
+    held: list[int] = []
+    with _hog_paused:
+        holder = threading.Thread(target=_hold, args=(BLOCKED_MS, held), name=BLOCKER_THREAD_NAME)
+        holder.start()  # returns once the holder runs: it holds the GIL then, until its call returns
+        holder.join()
+    return f"waited for {BLOCKER_THREAD_NAME}'s hold of {held[0] / 1e6:.3f} ms\n"
+
+
+def _hold(ms: int, held: list[int]) -> None:
+    start = time.perf_counter_ns()  # the GIL held from here to the second read, without a break
+    _gil_holding_libc.usleep(ms * 1000)
+    held.append(time.perf_counter_ns() - start)
 
 
 def health() -> str:

@@ -102,8 +102,10 @@ class AppPod:
             # the Operator's defaults for Python, then its common SDK env
             "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
             "OTEL_TRACES_EXPORTER": "otlp",
-            "OTEL_METRICS_EXPORTER": "otlp",
-            "OTEL_LOGS_EXPORTER": "otlp",
+            # the Operator's otlp for both, made none as instrumentation.yaml says for a Jaeger
+            # endpoint (it takes traces only: each metrics or logs export would log a 404)
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_LOGS_EXPORTER": "none",
             # the app's own PYTHONPATH (Django's settings must import when the instrumentor runs), as
             # the Operator merges it: its tree's sitecustomize first, the app's, the tree
             "PYTHONPATH": f"{PYTHONPATH_PREFIX}:{app_dir}:{PYTHONPATH_SUFFIX}",
@@ -119,7 +121,7 @@ class AppPod:
         if self.socket_dir:
             env["OTEL_GIL_SOCKET"] = f"{SOCKET_MOUNT}/otel-gil.sock"
             volumes.append({"name": f"{self.name}-socket", "hostPath": {"path": self.socket_dir, "type": "Directory"}})
-            mounts.append({"name": f"{self.name}-socket", "mountPath": SOCKET_MOUNT})
+            mounts.append({"name": f"{self.name}-socket", "mountPath": SOCKET_MOUNT, "readOnly": True})
         return {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -143,10 +145,14 @@ def collector_pod(name: str, socket_dir: str, capabilities: list[str] | None = N
     """deploy/kubernetes/collector-daemonset.yaml's Pod template as a Pod (podman plays no
     DaemonSet), with this repo's collector image, its socket on ``socket_dir`` of the host and
     ``capabilities`` instead of the file's, if given."""
-    daemonset = yaml.safe_load(DAEMONSET.read_text())
+    daemonset = daemonset_manifest()
     spec = daemonset["spec"]["template"]["spec"]
     container = spec["containers"][0]
     container.update(image=COLLECTOR_IMAGE, imagePullPolicy="Never")
+    # podman runs probes through systemd timers (its init may fail where it cannot make one) and
+    # this machine has no systemd: the probes are a cluster's (otel-gil-collector --probe, unit-tested).
+    for probe in ("readinessProbe", "livenessProbe"):
+        container.pop(probe)
     if capabilities is not None:
         container["securityContext"]["capabilities"]["add"] = capabilities
     next(v for v in spec["volumes"] if v["name"] == "socket")["hostPath"]["path"] = socket_dir
@@ -156,6 +162,11 @@ def collector_pod(name: str, socket_dir: str, capabilities: list[str] | None = N
             "metadata": {"name": name, "labels": daemonset["metadata"]["labels"],
                          "annotations": {"seccomp.security.alpha.kubernetes.io/pod": seccomp}},
             "spec": {**spec, "restartPolicy": "Never"}}
+
+
+def daemonset_manifest() -> dict:
+    """The DaemonSet of collector-daemonset.yaml (its namespace and ServiceAccount precede it)."""
+    return next(d for d in yaml.safe_load_all(DAEMONSET.read_text()) if d and d["kind"] == "DaemonSet")
 
 
 def app_image(python: str) -> str:
@@ -242,10 +253,18 @@ def wait_ready(pods: list[AppPod], timeout: float = 120) -> None:
 
 def get(url: str) -> int:
     """GET ``url`` (no proxy): its status."""
+    return _get(url)[0]
+
+
+def get_text(url: str) -> str:
+    """GET ``url`` (no proxy): its body."""
+    return _get(url)[1]
+
+
+def _get(url: str) -> tuple[int, str]:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(url, timeout=60) as resp:
-        resp.read()
-        return resp.status
+        return resp.status, resp.read().decode()
 
 
 DEMO = [AppPod("kube-flask-311", "flask", "3.11", 8300), AppPod("kube-fastapi-311", "fastapi", "3.11", 8301),

@@ -18,6 +18,10 @@ command -v chromium >/dev/null || need+=(chromium)
 command -v tmux >/dev/null || need+=(tmux)
 command -v wrk >/dev/null || need+=(wrk)
 dpkg -s catatonit >/dev/null 2>&1 || need+=(catatonit)  # podman kube play's pause image (scripts/kube.py)
+# The single-node Kubernetes of scripts/kube-cluster.sh: its node's runtime, network and store.
+for package in containerd runc containernetworking-plugins etcd-server; do
+    dpkg -s "$package" >/dev/null 2>&1 || need+=("$package")
+done
 if [ ! -e "/lib/modules/$release/build" ]; then
     apt-get update -qq
     if apt-cache show "linux-headers-$release" >/dev/null 2>&1; then

@@ -8,18 +8,22 @@ Examples:
     sudo otel-gil-collector
     sudo otel-gil-collector --socket /tmp/otel-gil.sock -v
     sudo otel-gil-collector --socket-group www-data   # only that group's apps may register
+    sudo otel-gil-collector --socket-group 2000       # by GID (a Pod's supplementalGroups)
+    otel-gil-collector --probe                        # a running collector's health (Kubernetes probes)
     sudo /usr/bin/python3 -m otel_gil_collector --socket /run/otel-gil/otel-gil.sock
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import grp
 import logging
 import os
 import platform
 import resource
 import signal
+import socket
 import sys
 
 from otel_gil.environment_variables import DEFAULT_SOCKET
@@ -139,6 +143,36 @@ def fd_budget(max_processes: int, log: logging.Logger) -> int:
     return min(max_processes, fits)
 
 
+def probe(path: str) -> int:
+    """0 if a collector accepts on ``path`` and a uprobe opens here, else 1 with why on stderr."""
+    why = None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(2)
+        try:
+            conn.connect(path)  # closed before its hello: the collector drops it without a word
+        except OSError as exc:
+            why = f"no collector answers on {path}: {exc.strerror or exc}"
+    if why is None and (refused := uprobe_check.refusal()) is not None:
+        why = f"the kernel refuses a uprobe here: {errno.errorcode.get(refused, refused)}"
+    if why:
+        print(f"otel-gil-collector --probe: {why}", file=sys.stderr)
+    return 1 if why else 0
+
+
+def socket_gid(group: str) -> int:
+    """A group name's GID, or a numeric GID as is (a container has no entry for a Pod's
+    supplementalGroups); ValueError names what is wrong."""
+    if group.isascii() and group.isdigit():
+        gid = int(group)
+        if gid >= 2**32 - 1:  # (gid_t)-1 means "unchanged" to chown
+            raise ValueError(f"GID {group} is out of range")
+        return gid
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise ValueError(f"no group named {group!r}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="otel-gil-collector",
@@ -163,11 +197,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--socket-group",
-        help="only this group may register (socket mode 0660); default: any local user (0666), "
-        "each process only ever gets its own figures",
+        help="only this group (a name or a numeric GID) may register (socket mode 0660); default: "
+        "any local user (0666), each process only ever gets its own figures",
+    )
+    parser.add_argument(
+        "--probe", action="store_true",
+        help="exit 0 if a collector answers on --socket and the kernel opens this process a uprobe, "
+        "else say why and exit 1 (a DaemonSet's readiness and liveness)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every registration detail")
     args = parser.parse_args(argv)
+    if args.probe:
+        return probe(args.socket)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s otel-gil-collector %(levelname)s %(message)s",
@@ -176,12 +217,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--max-threads must be in 16..65536 and --max-processes in 1..65536")
     if not 1 <= args.max_processes_per_uid <= 65536 or not 0.1 <= args.plan_timeout <= 600:
         parser.error("--max-processes-per-uid must be in 1..65536 and --plan-timeout in 0.1..600")
-    group = None
-    if args.socket_group is not None:
-        try:
-            group = grp.getgrnam(args.socket_group).gr_gid
-        except KeyError:
-            parser.error(f"--socket-group: no group named {args.socket_group!r}")
+    try:
+        group = None if args.socket_group is None else socket_gid(args.socket_group)
+    except ValueError as exc:
+        parser.error(f"--socket-group: {exc}")
     try:
         _check_privileges()
         _import_bcc()

@@ -79,6 +79,12 @@ async def slow_c() -> str:
     return workload.slow_c()
 
 
+@app.get("/blocked", response_class=PlainTextResponse)
+async def blocked() -> str:
+    """Another thread's known hold of the GIL, waited out on the loop (a ground truth)."""
+    return workload.blocked()
+
+
 @app.get("/chain/{backend}", response_class=PlainTextResponse)
 def chain(backend: str) -> str:
     """The backend's /io, over HTTP from a worker thread: urllib's instrumentation sends the

@@ -36,6 +36,12 @@ def slow_c() -> str:
     return workload.slow_c()
 
 
+@app.get("/blocked")
+def blocked() -> str:
+    """Waits out another thread's known hold of the GIL (a ground truth)."""
+    return workload.blocked()
+
+
 @app.get("/health")
 def health() -> str:
     """Liveness."""

@@ -8,5 +8,6 @@ urlpatterns = [
     path("io", views.io),
     path("cpu", views.cpu),
     path("slow_c", views.slow_c),
+    path("blocked", views.blocked),
     path("health", views.health),
 ]

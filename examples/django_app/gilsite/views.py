@@ -20,6 +20,11 @@ def slow_c(request: HttpRequest) -> HttpResponse:
     return HttpResponse(workload.slow_c())
 
 
+def blocked(request: HttpRequest) -> HttpResponse:
+    """Waits out another thread's known hold of the GIL (a ground truth)."""
+    return HttpResponse(workload.blocked())
+
+
 def health(request: HttpRequest) -> HttpResponse:
     """Liveness."""
     return HttpResponse(workload.health())
