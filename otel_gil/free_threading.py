@@ -48,6 +48,12 @@ def gil_on_for_good() -> bool:
 
 def _enabled_count() -> Optional[int]:
     """``struct _gil_runtime_state.enabled`` of the main interpreter, None where it cannot be found."""
+    address = enabled_address()
+    return None if address is None else ctypes.c_int.from_address(address).value
+
+
+def enabled_address() -> Optional[int]:
+    """Where ``struct _gil_runtime_state.enabled`` of the main interpreter is, None where it cannot be found."""
     positions = pystructs.GIL_ENABLED_DEBUG.get(sys.version_info[:2])
     try:
         runtime = ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, "_PyRuntime"))
@@ -61,8 +67,7 @@ def _enabled_count() -> Optional[int]:
             not u64(runtime + pystructs.DEBUG_FREE_THREADED):
         return None
     interpreters_head, ceval_gil, enabled = (u64(runtime + position) for position in positions)
-    gil = u64(u64(runtime + interpreters_head) + ceval_gil)
-    return ctypes.c_int.from_address(gil + enabled).value
+    return u64(u64(runtime + interpreters_head) + ceval_gil) + enabled
 
 
 class TurnedOn(NamedTuple):
