@@ -34,6 +34,7 @@ from otel_gil import free_threading
 from otel_gil import ring as ringlib
 from otel_gil import threads
 from otel_gil.backend import Backend
+from otel_gil.park_metrics import ParkMetrics
 from otel_gil.semconv import GIL_ENABLED, GIL_ENABLED_BY, HTTP_ROUTE, LE, REASON, REGISTERED, THREAD_NAME
 
 _FIELDS = ("wait_ns", "hold_ns", "acquisitions", "convoy_waits")
@@ -311,6 +312,7 @@ class GilMetrics:
                 description="1 once this free-threaded build runs with its GIL on, no point while it runs without "
                             "(gil.enabled_by: the module whose import turned it on)",
             )
+            ParkMetrics(meter)  # cpython.parked.time, while it runs without
 
     def rebind(self, registration: Backend) -> None:
         """Read ``registration``'s ring from now on (a new ``instrument()``)."""

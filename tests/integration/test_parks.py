@@ -1,0 +1,96 @@
+"""Parked time on spans of a free-threaded build (3.13t) running without its GIL, in-process,
+against ground truths measured by the workload (tests/workloads/parks.py): a list's critical
+section, a stop-the-world, the app's locks; and with the GIL on, GIL figures and no parked time.
+Tolerance: 5 % or 0.5 ms, whichever is larger."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, Runner, free_threaded_interpreters
+
+WORKLOAD = ROOT / "tests" / "workloads" / "parks.py"
+HOLD_MS = 200
+MS = 1e6
+
+
+@pytest.fixture(scope="module", params=sorted(free_threaded_interpreters()))
+def free_threaded(request) -> Runner:
+    runner = free_threaded_interpreters()[request.param]
+    if not Path(runner.python).exists():
+        pytest.fail(f"{runner.python} is missing: run 'make matrix' (or 'make test') first")
+    return runner
+
+
+def run(runner: Runner, scenario: str, **env: str) -> dict:
+    done = subprocess.run([runner.python, str(WORKLOAD), scenario, str(HOLD_MS)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **runner.env, "PYTHONPATH": str(ROOT), **env})
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    report["stderr"] = done.stderr
+    return report
+
+
+def victim(report: dict) -> dict:
+    (span,) = [s for s in report["spans"] if s["name"] == "victim"]
+    return span
+
+
+def within(measured_ms: float, truth_ms: float) -> bool:
+    return abs(measured_ms - truth_ms) <= max(0.05 * truth_ms, 0.5)
+
+
+def parks_of(span: dict, kind: str) -> list[dict]:
+    return [e["attributes"] for e in span["events"] if e["name"] == "cpython.park" and e["attributes"]["cpython.park.kind"] == kind]
+
+
+def test_a_critical_section_on_a_list(free_threaded):
+    report = run(free_threaded, "critical_section")
+    assert (report["hooked"], report["gil"]) == (True, False), report["stderr"]
+    attrs, truth_ms = victim(report)["attributes"], report["truth"]["waited_ns"] / MS
+    assert truth_ms >= HOLD_MS * 0.9, report["truth"]
+    assert within(attrs["cpython.parked.critical_section_ms"], truth_ms), (attrs, truth_ms)
+    assert report["parked_s"]["critical_section"] * 1e3 >= attrs["cpython.parked.critical_section_ms"], report["parked_s"]
+    assert attrs["cpython.parked.critical_section.top_type"] == "list", attrs
+    assert attrs["cpython.parked.app_lock_ms"] + attrs["cpython.parked.stop_the_world_ms"] < 0.5, attrs
+    (park,) = parks_of(victim(report), "critical_section")
+    assert park["cpython.park.object.type"] == "list" and within(park["cpython.park.ms"], truth_ms), park
+
+
+def test_a_stop_the_world_suspends_the_other_threads(free_threaded):
+    report = run(free_threaded, "stop_the_world")
+    assert (report["hooked"], report["gil"]) == (True, False), report["stderr"]
+    truth, span = report["truth"], victim(report)
+    pause_ms = (truth["pause_end_ns"] - truth["pause_start_ns"]) / MS
+    assert truth["collect_start_ns"] <= truth["pause_start_ns"] and truth["pause_end_ns"] <= truth["collect_end_ns"] + MS, truth
+    longest = max(parks_of(span, "stop_the_world"), key=lambda p: p["cpython.park.ms"])
+    assert within(longest["cpython.park.ms"], pause_ms), (longest, pause_ms)
+    assert span["attributes"]["cpython.parked.stop_the_world_ms"] >= longest["cpython.park.ms"], span["attributes"]
+    assert report["parked_s"]["stop_the_world"] * 1e3 >= longest["cpython.park.ms"], report["parked_s"]
+
+
+@pytest.mark.parametrize("scenario", ["app_lock", "rlock"])
+def test_a_lock_held_by_another_thread_is_the_apps_lock(free_threaded, scenario):
+    report = run(free_threaded, scenario)
+    assert (report["hooked"], report["gil"]) == (True, False), report["stderr"]
+    attrs, truth_ms = victim(report)["attributes"], report["truth"]["waited_ns"] / MS
+    assert truth_ms >= HOLD_MS * 0.9, report["truth"]
+    assert within(attrs["cpython.parked.app_lock_ms"], truth_ms), (attrs, truth_ms)
+    assert report["parked_s"]["app_lock"] * 1e3 >= attrs["cpython.parked.app_lock_ms"], report["parked_s"]
+    assert attrs["cpython.parked.critical_section_ms"] < 0.5, attrs
+
+
+def test_with_the_gil_on_gil_figures_and_no_parked_time(free_threaded):
+    """PYTHON_GIL=1: the park hooks are not installed; the lock wait is no GIL wait either
+    (the holder sleeps with the GIL released), so nothing is counted twice."""
+    report = run(free_threaded, "app_lock", PYTHON_GIL="1")
+    assert (report["hooked"], report["gil"]) == (False, True), report["stderr"]
+    attrs = victim(report)["attributes"]
+    assert not [k for k in attrs if k.startswith("cpython.park")] and not report["parked_s"], (attrs, report)
+    assert "gil.wait_ms" in attrs and "gil.status" not in attrs, attrs
+    assert attrs["gil.wait_ms"] < 0.1 * report["truth"]["waited_ns"] / MS, attrs

@@ -1,0 +1,132 @@
+"""Parked time on a free-threaded build (its GIL off), against ground truths measured here.
+
+Usage: python parks.py SCENARIO HOLD_MS; the in-process backend. Prints one JSON document: the
+finished spans (name, attributes, events), the scenario's truth (monotonic ns), whether parks were
+hooked, and the ``cpython.parked.time`` counter by kind at the end (s). Each scenario runs a victim span on one thread while another thread keeps
+something from it:
+
+- ``critical_section``: a thread sorts a shared list with a key that stays attached for HOLD_MS
+  (a ``ctypes.PyDLL`` usleep: the list's critical section held); the victim appends to it.
+- ``stop_the_world``: a thread runs ``gc.collect()`` over a large heap while the victim counts;
+  the victim's longest pause between two steps is the pause it was suspended for.
+- ``app_lock``, ``rlock``: a thread holds a ``threading.Lock`` (``RLock``) for HOLD_MS; the
+  victim acquires it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import json
+import sys
+import threading
+import time
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_gil import parks
+from otel_gil.instrumentor import GilInstrumentor
+
+_usleep = ctypes.PyDLL(None).usleep  # PyDLL: the caller stays attached, holding what it holds
+
+
+def critical_section(tracer, hold_ms: int) -> dict:
+    shared, started = list(range(1000)), threading.Event()
+
+    def key(x: int) -> int:
+        if x == 0:
+            started.set()
+            _usleep(hold_ms * 1000)
+        return x
+
+    sorter = threading.Thread(target=lambda: shared.sort(key=key))
+    sorter.start()
+    started.wait()
+    with tracer.start_as_current_span("victim"):
+        t0 = time.monotonic_ns()
+        shared.append(1)
+        t1 = time.monotonic_ns()
+    sorter.join()
+    return {"waited_ns": t1 - t0}
+
+
+def stop_the_world(tracer, hold_ms: int) -> dict:
+    heap = [[i, str(i)] for i in range(hold_ms * 5000)]  # containers the collection visits
+    collecting, done, truth = threading.Event(), threading.Event(), {}
+
+    def collect() -> None:
+        collecting.wait()
+        truth["collect_start_ns"] = time.monotonic_ns()
+        gc.collect()
+        truth["collect_end_ns"] = time.monotonic_ns()
+        done.set()
+
+    collector = threading.Thread(target=collect)
+    collector.start()
+    with tracer.start_as_current_span("victim"):
+        last = time.monotonic_ns()
+        longest = (0, 0)
+        collecting.set()
+        while not done.is_set():
+            now = time.monotonic_ns()
+            if now - last > longest[1] - longest[0]:
+                longest = (last, now)
+            last = now
+    collector.join()
+    del heap
+    truth["pause_start_ns"], truth["pause_end_ns"] = longest
+    return truth
+
+
+def lock_held(tracer, hold_ms: int, lock) -> dict:
+    holding = threading.Event()
+
+    def hold() -> None:
+        with lock:
+            holding.set()
+            time.sleep(hold_ms / 1000)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait()
+    with tracer.start_as_current_span("victim"):
+        t0 = time.monotonic_ns()
+        with lock:
+            t1 = time.monotonic_ns()
+    holder.join()
+    return {"waited_ns": t1 - t0}
+
+
+SCENARIOS = {
+    "critical_section": critical_section,
+    "stop_the_world": stop_the_world,
+    "app_lock": lambda tracer, hold_ms: lock_held(tracer, hold_ms, threading.Lock()),
+    "rlock": lambda tracer, hold_ms: lock_held(tracer, hold_ms, threading.RLock()),
+}
+
+
+def main() -> None:
+    scenario, hold_ms = sys.argv[1], int(sys.argv[2])
+    exporter, provider = InMemorySpanExporter(), TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    reader = InMemoryMetricReader()
+    GilInstrumentor().instrument(tracer_provider=provider, meter_provider=MeterProvider([reader]), backend="inprocess")
+    hooked = parks.current is not None
+    truth = SCENARIOS[scenario](provider.get_tracer("parks"), hold_ms)
+    parked = {point.attributes["cpython.park.kind"]: point.value
+              for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+              if m.name == "cpython.parked.time" for point in m.data.data_points}
+    GilInstrumentor().uninstrument()
+    spans = [{"name": s.name, "attributes": dict(s.attributes),
+              "events": [{"name": e.name, "attributes": dict(e.attributes), "time": e.timestamp} for e in s.events]}
+             for s in exporter.get_finished_spans()]
+    print(json.dumps({"hooked": hooked, "gil": sys._is_gil_enabled(), "truth": truth, "spans": spans,
+                      "parked_s": parked}))
+
+
+if __name__ == "__main__":
+    main()
