@@ -146,6 +146,8 @@ def figures(start: Optional[Start], wall_minus_mono: int) -> tuple[dict, list[tu
     parks, before, _ = start
     after, slot = parks.read()
     parked = [a - b for a, b in zip(after.parked_ns, before.parked_ns)]
+    if min(parked) < 0 or sum(parked) > after.mono_ns - before.mono_ns:  # not the slot it started with (a fork)
+        return {}, []
     attrs: dict = {key: ns / 1e6 for key, ns in zip(PARKED_MS, parked)}
     attrs[PARKED_TOTAL_MS] = sum(parked) / 1e6
     attrs[PARKS] = after.parks - before.parks

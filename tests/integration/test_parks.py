@@ -27,8 +27,8 @@ def free_threaded(request) -> Runner:
     return runner
 
 
-def run(runner: Runner, scenario: str, **env: str) -> dict:
-    done = subprocess.run([runner.python, str(WORKLOAD), scenario, str(HOLD_MS)], capture_output=True, text=True,
+def run(runner: Runner, scenario: str, hold_ms: int = HOLD_MS, **env: str) -> dict:
+    done = subprocess.run([runner.python, str(WORKLOAD), scenario, str(hold_ms)], capture_output=True, text=True,
                           timeout=120, env={**os.environ, **runner.env, "PYTHONPATH": str(ROOT), **env})
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
@@ -94,3 +94,21 @@ def test_with_the_gil_on_gil_figures_and_no_parked_time(free_threaded):
     assert not [k for k in attrs if k.startswith("cpython.park")] and not report["parked_s"], (attrs, report)
     assert "gil.wait_ms" in attrs and "gil.status" not in attrs, attrs
     assert attrs["gil.wait_ms"] < 0.1 * report["truth"]["waited_ns"] / MS, attrs
+
+
+def test_soak_every_span_parked_no_longer_than_it_lasted(free_threaded):
+    """8 threads, 2 s of spans contending on a list, a dict, a lock and the GC: per span, each kind
+    >= 0 and their sum <= its duration; some spans parked, on more than one kind."""
+    report = run(free_threaded, "soak", 2000)
+    assert (report["hooked"], report["gil"]) == (True, False), report["stderr"]
+    spans = report["spans"]
+    assert len(spans) > 100, len(spans)
+    kinds = set()
+    for span in spans:
+        attrs = span["attributes"]
+        parked = [attrs[f"cpython.parked.{kind}_ms"] for kind in ("stop_the_world", "critical_section", "app_lock",
+                                                                      "internal", "other")]
+        assert min(parked) >= 0 and abs(sum(parked) - attrs["cpython.parked_ms"]) < 1e-6, attrs
+        assert attrs["cpython.parked_ms"] * MS <= span["duration_ns"], span
+        kinds |= {i for i, p in enumerate(parked) if p}
+    assert len(kinds) >= 2, kinds

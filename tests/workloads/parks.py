@@ -11,6 +11,7 @@ something from it:
   the victim's longest pause between two steps is the pause it was suspended for.
 - ``app_lock``, ``rlock``: a thread holds a ``threading.Lock`` (``RLock``) for HOLD_MS; the
   victim acquires it.
+- ``soak``: 8 threads make spans sharing a list, a dict and a lock for HOLD_MS (no victim).
 """
 
 from __future__ import annotations
@@ -101,7 +102,31 @@ def lock_held(tracer, hold_ms: int, lock) -> dict:
     return {"waited_ns": t1 - t0}
 
 
+def soak(tracer, seconds_ms: int) -> dict:
+    """8 threads making spans that share a list, a dict and a lock, with collections now and then."""
+    shared, table, lock, stop = [], {}, threading.Lock(), time.monotonic() + seconds_ms / 1000
+
+    def work(n: int) -> None:
+        while time.monotonic() < stop:
+            with tracer.start_as_current_span("request"):
+                shared.append(n)
+                table[n % 64] = list(table)
+                with lock:
+                    shared.sort()
+                if n % 97 == 0:
+                    gc.collect()
+                n += 8
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    return {}
+
+
 SCENARIOS = {
+    "soak": soak,
     "critical_section": critical_section,
     "stop_the_world": stop_the_world,
     "app_lock": lambda tracer, hold_ms: lock_held(tracer, hold_ms, threading.Lock()),
@@ -121,7 +146,7 @@ def main() -> None:
               for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics
               if m.name == "cpython.parked.time" for point in m.data.data_points}
     GilInstrumentor().uninstrument()
-    spans = [{"name": s.name, "attributes": dict(s.attributes),
+    spans = [{"name": s.name, "attributes": dict(s.attributes), "duration_ns": s.end_time - s.start_time,
               "events": [{"name": e.name, "attributes": dict(e.attributes), "time": e.timestamp} for e in s.events]}
              for s in exporter.get_finished_spans()]
     print(json.dumps({"hooked": hooked, "gil": sys._is_gil_enabled(), "truth": truth, "spans": spans,
