@@ -63,15 +63,23 @@ def test_a_critical_section_on_a_list(free_threaded):
 
 
 def test_a_stop_the_world_suspends_the_other_threads(free_threaded):
+    """The victim's longest pause between two steps of its loop holds its stop-the-world park,
+    which ends with it (within 0.5 ms); and is as long, unless the kernel preempted the victim in
+    that pause (then it may have been off the CPU before it parked)."""
     report = run(free_threaded, "stop_the_world")
     assert (report["hooked"], report["gil"]) == (True, False), report["stderr"]
-    truth, span = report["truth"], victim(report)
+    truth, span, offset = report["truth"], victim(report), report["wall_minus_mono"]
+    assert truth["pause_start_ns"] < truth["collect_end_ns"] and truth["pause_end_ns"] > truth["collect_start_ns"], truth
     pause_ms = (truth["pause_end_ns"] - truth["pause_start_ns"]) / MS
-    assert truth["collect_start_ns"] <= truth["pause_start_ns"] and truth["pause_end_ns"] <= truth["collect_end_ns"] + MS, truth
-    longest = max(parks_of(span, "stop_the_world"), key=lambda p: p["cpython.park.ms"])
-    assert within(longest["cpython.park.ms"], pause_ms), (longest, pause_ms)
-    assert span["attributes"]["cpython.parked.stop_the_world_ms"] >= longest["cpython.park.ms"], span["attributes"]
-    assert report["parked_s"]["stop_the_world"] * 1e3 >= longest["cpython.park.ms"], report["parked_s"]
+    (event,) = [e for e in span["events"] if e["attributes"] == max(parks_of(span, "stop_the_world"),
+                                                                    key=lambda p: p["cpython.park.ms"])]
+    park_ms, start_ns = event["attributes"]["cpython.park.ms"], event["time"] - offset
+    assert abs(start_ns + park_ms * MS - truth["pause_end_ns"]) <= 0.5 * MS, (event, truth)
+    assert start_ns >= truth["pause_start_ns"] - 0.5 * MS, (event, truth)
+    if not truth["pause_preempted"]:
+        assert within(park_ms, pause_ms), (event, truth)
+    assert span["attributes"]["cpython.parked.stop_the_world_ms"] >= park_ms, span["attributes"]
+    assert report["parked_s"]["stop_the_world"] * 1e3 >= park_ms - 1e-6, report["parked_s"]
 
 
 @pytest.mark.parametrize("scenario", ["app_lock", "rlock"])
@@ -101,7 +109,7 @@ def test_soak_every_span_parked_no_longer_than_it_lasted(free_threaded):
     >= 0 and their sum <= its duration; some spans parked, on more than one kind."""
     report = run(free_threaded, "soak", 2000)
     assert (report["hooked"], report["gil"]) == (True, False), report["stderr"]
-    spans = report["spans"]
+    spans = [s for s in report["spans"] if s["name"] == "request"]  # not the cpython.park child spans
     assert len(spans) > 100, len(spans)
     kinds = set()
     for span in spans:

@@ -8,7 +8,9 @@ something from it:
 - ``critical_section``: a thread sorts a shared list with a key that stays attached for HOLD_MS
   (a ``ctypes.PyDLL`` usleep: the list's critical section held); the victim appends to it.
 - ``stop_the_world``: a thread runs ``gc.collect()`` over a large heap while the victim counts;
-  the victim's longest pause between two steps is the pause it was suspended for.
+  the victim's longest pause between two steps holds the pause it was suspended for, and is that
+  pause unless the kernel preempted the victim in it (its involuntary context switches, counted:
+  on a loaded machine it may be off the CPU before it reaches the point where it parks).
 - ``app_lock``, ``rlock``: a thread holds a ``threading.Lock`` (``RLock``) for HOLD_MS; the
   victim acquires it.
 - ``soak``: 8 threads make spans sharing a list, a dict and a lock for HOLD_MS (no victim).
@@ -19,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import json
+import resource
 import sys
 import threading
 import time
@@ -68,18 +71,23 @@ def stop_the_world(tracer, hold_ms: int) -> dict:
 
     collector = threading.Thread(target=collect)
     collector.start()
+    def step() -> tuple[int, int]:  # now, and this thread's involuntary context switches so far
+        return time.monotonic_ns(), resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
+
     with tracer.start_as_current_span("victim"):
-        last = time.monotonic_ns()
-        longest = (0, 0)
+        last, longest = step(), (0, 0, 0)
         collecting.set()
-        while not done.is_set():
-            now = time.monotonic_ns()
-            if now - last > longest[1] - longest[0]:
-                longest = (last, now)
+        while True:
+            stopped = done.is_set()  # the last step after it is set still sees a pause before it
+            now = step()
+            if now[0] - last[0] > longest[1] - longest[0]:
+                longest = (last[0], now[0], now[1] - last[1])
             last = now
+            if stopped:
+                break
     collector.join()
     del heap
-    truth["pause_start_ns"], truth["pause_end_ns"] = longest
+    truth["pause_start_ns"], truth["pause_end_ns"], truth["pause_preempted"] = longest
     return truth
 
 
@@ -150,7 +158,7 @@ def main() -> None:
               "events": [{"name": e.name, "attributes": dict(e.attributes), "time": e.timestamp} for e in s.events]}
              for s in exporter.get_finished_spans()]
     print(json.dumps({"hooked": hooked, "gil": sys._is_gil_enabled(), "truth": truth, "spans": spans,
-                      "parked_s": parked}))
+                      "parked_s": parked, "wall_minus_mono": time.time_ns() - time.monotonic_ns()}))
 
 
 if __name__ == "__main__":
