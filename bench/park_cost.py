@@ -8,7 +8,8 @@ In one process per round, blocks with the hooks on and off interleaved:
               hook's cost per park is (on - off) per hand-off
   uncontended ``lock.acquire(); lock.release()`` on a lock nobody else takes: never parks,
               never reaches the hook; the figure must not move
-A round's figure per mode is its median block; the cost is the median over rounds of (on - off).
+A round's figure per mode is its median block (after a warm-up block); the cost is the median over
+rounds of (on - off).
 Writes the section "park hooks" of bench/RESULTS.md.
 """
 
@@ -57,6 +58,7 @@ def uncontended():
     return (time.perf_counter_ns() - t0) / ops
 
 figures = {"park": {"on": [], "off": []}, "uncontended": {"on": [], "off": []}}
+pingpong(), uncontended()  # warm-up, not counted
 for block in range(blocks):
     for mode in (("on", "off") if block % 2 else ("off", "on")):
         if mode == "on":
@@ -93,8 +95,9 @@ def main() -> None:
     version = subprocess.run([args.python, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True,
                              text=True, check=True).stdout.strip()
     body = f"""
-`.venv/bin/python bench/park_cost.py --python {args.python} --rounds {args.rounds}` on {results.machine()};
-the child: CPython {version} free-threaded, GIL off. {__doc__.split(chr(10) + chr(10))[2].strip()}
+`.venv/bin/python bench/park_cost.py --python {args.python} --rounds {args.rounds} --handoffs {args.handoffs} \
+--ops {args.ops} --blocks {args.blocks}` on {results.machine()}; the child: CPython {version} free-threaded, GIL off.
+{__doc__.split(chr(10) + chr(10))[2].strip().rsplit(chr(10), 1)[0]}
 
 | case | off, ns | on, ns | on - off (median of rounds) | range over rounds | on / off |
 |---|---|---|---|---|---|
