@@ -93,6 +93,16 @@ def test_a_lock_held_by_another_thread_is_the_apps_lock(free_threaded, scenario)
     assert attrs["cpython.parked.critical_section_ms"] < 0.5, attrs
 
 
+def test_a_forked_child_times_its_own_parks(free_threaded):
+    """The child of a process whose parks were hooked starts its slots afresh and times its own."""
+    report = run(free_threaded, "fork")
+    assert report["hooked"], report["stderr"]
+    child, parent = report["truth"], victim(report)["attributes"]
+    assert parent["cpython.parked.app_lock_ms"] >= HOLD_MS * 0.9, parent
+    attrs, truth_ms = child["attributes"], child["truth"]["waited_ns"] / MS
+    assert within(attrs["cpython.parked.app_lock_ms"], truth_ms) and attrs["cpython.parks"] == 1, (attrs, truth_ms)
+
+
 def test_with_the_gil_on_gil_figures_and_no_parked_time(free_threaded):
     """PYTHON_GIL=1: the park hooks are not installed; the lock wait is no GIL wait either
     (the holder sleeps with the GIL released), so nothing is counted twice."""

@@ -13,6 +13,7 @@ something from it:
   on a loaded machine it may be off the CPU before it reaches the point where it parks).
 - ``app_lock``, ``rlock``: a thread holds a ``threading.Lock`` (``RLock``) for HOLD_MS; the
   victim acquires it.
+- ``fork``: ``app_lock``, then ``app_lock`` again in a forked child (its truth and victim span).
 - ``soak``: 8 threads make spans sharing a list, a dict and a lock for HOLD_MS (no victim).
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import json
+import os
 import resource
 import sys
 import threading
@@ -35,6 +37,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_gil import parks
 from otel_gil.instrumentor import GilInstrumentor
 
+_exporter = InMemorySpanExporter()
 _usleep = ctypes.PyDLL(None).usleep  # PyDLL: the caller stays attached, holding what it holds
 
 
@@ -133,7 +136,28 @@ def soak(tracer, seconds_ms: int) -> dict:
     return {}
 
 
+def forked(tracer, hold_ms: int) -> dict:
+    """A parked span in the parent, then ``app_lock`` in a forked child (its slots started afresh):
+    the child's victim span and truth."""
+    lock_held(tracer, hold_ms, threading.Lock())
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        _exporter.clear()
+        truth = lock_held(tracer, hold_ms, threading.Lock())
+        (span,) = [s for s in _exporter.get_finished_spans() if s.name == "victim"]
+        os.write(write, json.dumps({"truth": truth, "attributes": dict(span.attributes)}).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as child:
+        answer = json.loads(child.read())
+    os.waitpid(pid, 0)
+    return answer
+
+
 SCENARIOS = {
+    "fork": forked,
     "soak": soak,
     "critical_section": critical_section,
     "stop_the_world": stop_the_world,
@@ -144,7 +168,7 @@ SCENARIOS = {
 
 def main() -> None:
     scenario, hold_ms = sys.argv[1], int(sys.argv[2])
-    exporter, provider = InMemorySpanExporter(), TracerProvider()
+    exporter, provider = _exporter, TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     reader = InMemoryMetricReader()
     GilInstrumentor().instrument(tracer_provider=provider, meter_provider=MeterProvider([reader]), backend="inprocess")
