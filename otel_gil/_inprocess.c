@@ -681,7 +681,7 @@ static PyObject *install_parks(PyObject *module, PyObject *args, PyObject *kwds)
 	return locked_kw(install_parks_locked, module, args, kwds);
 }
 
-/* Stop timing parks; parks still open are dropped at their thread's next park (a new epoch). */
+/* Stop timing parks (a park under way when the entries are restored is closed by its own hook). */
 static PyObject *uninstall_parks(PyObject *module, PyObject *unused)
 {
 	(void)module, (void)unused;
