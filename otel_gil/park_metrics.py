@@ -1,12 +1,11 @@
-"""The ``cpython.parked.time`` counter (s): time the process's threads parked, by what they
-parked on (attribute ``cpython.park.kind``), while a free-threaded build ran without its GIL
-(``otel_gil.parks``). Prometheus sees ``cpython_parked_time_seconds_total``; the share of wall
-time the threads spent suspended for stop-the-world pauses is
-``sum(rate(cpython_parked_time_seconds_total{cpython_park_kind="stop_the_world"}[5m]))``.
+"""The ``cpython.parked.time`` counter (s): time threads parked, by what they parked on
+(attributes ``cpython.park.kind`` and ``thread.name``), while a free-threaded build ran without
+its GIL (``otel_gil.parks``). Prometheus sees ``cpython_parked_time_seconds_total``; the share of
+wall time a process's threads spent suspended for stop-the-world pauses is
+``sum by (job, instance) (rate(cpython_parked_time_seconds_total{cpython_park_kind="stop_the_world"}[5m]))``.
 
-Process-wide: the live threads' slots (an open park counted up to now) plus the totals of the
-threads that exited (the header's, read as of no exit half-added). A thread that exits between
-the two reads is missed once; the counter then repeats its last value rather than go down.
+Per thread name as the ``gil.*`` counters are (``metrics.Totals``: kept monotonic across thread
+exits and tid reuse, exited threads' parks folded from the header's totals).
 """
 
 from __future__ import annotations
@@ -17,53 +16,42 @@ from typing import Iterable, Optional
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from otel_gil import parks
+from otel_gil import parks, threads
 from otel_gil import ring as ringlib
-from otel_gil.semconv import PARK_KIND, PARK_KINDS, PARKED_TIME
+from otel_gil.metrics import Totals
+from otel_gil.semconv import PARK_KIND, PARK_KINDS, PARKED_TIME, THREAD_NAME
 
-_TRIES = 100
 
+class ParkedTotals(Totals):
+    """``Totals`` over the slots' parked time by kind (an open park counted up to now)."""
 
-def totals(ring: ringlib.Ring) -> Optional[list[int]]:
-    """ns parked by kind, over every thread the ring has seen; None if a read met a writer each try."""
-    h = ring.header
-    for _ in range(_TRIES):
-        exits = h.exited_threads
-        total = list(h.exited_parked_ns)
-        if h.exits_started == exits:
-            break
-    else:
-        return None
-    try:
-        slots = list(ring.threads())
-    except ringlib.BusySlot:
-        return None
-    now = time.monotonic_ns()
-    for slot in slots:
-        for kind in range(ringlib.PARK_KINDS):
-            total[kind] += slot.parked_ns[kind]
-        if slot.park_start_ns and now > slot.park_start_ns:
-            total[min(slot.park_kind, ringlib.PARK_OTHER)] += now - slot.park_start_ns
-    return total
+    width = ringlib.PARK_KINDS
+
+    def values(self, slot: ringlib.Slot, now_ns: int) -> list[int]:
+        parked = list(slot.parked_ns)
+        if slot.park_start_ns and now_ns > slot.park_start_ns:
+            parked[min(slot.park_kind, ringlib.PARK_OTHER)] += now_ns - slot.park_start_ns
+        return parked
+
+    def exited(self, header: ringlib.Header) -> list[int]:
+        return list(header.exited_parked_ns)
 
 
 class ParkMetrics:
     """Registers the counter on ``meter`` (once per meter: its callback reads whichever parks are hooked)."""
 
     def __init__(self, meter: Meter) -> None:
-        self._last = [0] * ringlib.PARK_KINDS
-        self._ring: Optional[ringlib.Ring] = None
+        self._totals = ParkedTotals()
         self._pid = os.getpid()
         meter.create_observable_counter(PARKED_TIME, [self._observe], unit="s",
                                         description="Time threads parked without a GIL, by what they parked on")
 
     def _observe(self, options: CallbackOptions) -> Iterable[Observation]:
-        hooked = parks.current
+        hooked: Optional[parks.Parks] = parks.current
         if hooked is None:
             return []
-        if not hooked.ring.continues(self._ring) or os.getpid() != self._pid:  # new slots (a fork: wiped)
-            self._ring, self._last, self._pid = hooked.ring, [0] * ringlib.PARK_KINDS, os.getpid()
-        now = totals(hooked.ring)
-        if now is not None:
-            self._last = [max(n, last) for n, last in zip(now, self._last)]
-        return [Observation(ns / 1e9, {PARK_KIND: kind}) for kind, ns in zip(PARK_KINDS, self._last)]
+        if os.getpid() != self._pid:  # a forked child: its slots started afresh at the same address
+            self._totals, self._pid = ParkedTotals(), os.getpid()
+        self._totals.update(hooked.ring, time.monotonic_ns(), threads.take_starts())
+        return [Observation(ns / 1e9, {THREAD_NAME: name, PARK_KIND: kind})
+                for name, values in list(self._totals.by_name.items()) for kind, ns in zip(PARK_KINDS, values)]

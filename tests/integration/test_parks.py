@@ -64,8 +64,8 @@ def test_a_critical_section_on_a_list(free_threaded):
 
 def test_a_stop_the_world_suspends_the_other_threads(free_threaded):
     """The victim's longest pause between two steps of its loop holds its stop-the-world park,
-    which ends with it (within 0.5 ms); and is as long, unless the kernel preempted the victim in
-    that pause (then it may have been off the CPU before it parked)."""
+    which ends with it (within the tolerance); and is as long, unless the kernel preempted the
+    victim in that pause (then it may have been off the CPU before it parked)."""
     report = run(free_threaded, "stop_the_world")
     assert (report["hooked"], report["gil"]) == (True, False), report["stderr"]
     truth, span, offset = report["truth"], victim(report), report["wall_minus_mono"]
@@ -74,7 +74,7 @@ def test_a_stop_the_world_suspends_the_other_threads(free_threaded):
     (event,) = [e for e in span["events"] if e["attributes"] == max(parks_of(span, "stop_the_world"),
                                                                     key=lambda p: p["cpython.park.ms"])]
     park_ms, start_ns = event["attributes"]["cpython.park.ms"], event["time"] - offset
-    assert abs(start_ns + park_ms * MS - truth["pause_end_ns"]) <= 0.5 * MS, (event, truth)
+    assert -0.5 * MS <= truth["pause_end_ns"] - (start_ns + park_ms * MS) <= max(0.05 * pause_ms, 0.5) * MS, (event, truth)
     assert start_ns >= truth["pause_start_ns"] - 0.5 * MS, (event, truth)
     if not truth["pause_preempted"]:
         assert within(park_ms, pause_ms), (event, truth)

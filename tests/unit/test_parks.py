@@ -11,6 +11,7 @@ import time
 import pytest
 
 from otel_gil import parks, ring
+from otel_gil.park_metrics import ParkedTotals
 from synthetic import make_ring, slot_for
 
 MS = 1_000_000
@@ -66,3 +67,25 @@ def test_nothing_on_another_thread_or_a_slot_gone_back(hooked):
 
 def test_no_hooks_no_figures():
     assert parks.figures(None, 0) == ({}, [])
+
+
+def test_the_counter_keeps_a_thread_names_parks_across_its_exit():
+    """cpython.parked.time per thread name: a live thread's parks (an open one up to now), then
+    the same after it exits (its slot freed, its parks in the header's exited totals)."""
+    r = make_ring()
+    me = threading.current_thread()
+    slot = slot_for(r, threading.get_native_id())
+    park(slot, 1000, 3 * MS, ring.PARK_OBJECT, "dict")
+    slot.park_start_ns, slot.park_kind = 10 * MS, ring.PARK_STW
+    totals = ParkedTotals()
+    assert totals.update(r, 12 * MS)
+    assert totals.by_name[me.name][ring.PARK_OBJECT] == 3 * MS - 1000
+    assert totals.by_name[me.name][ring.PARK_STW] == 2 * MS
+    slot.park_start_ns, slot.parked_ns[ring.PARK_STW] = 0, 4 * MS  # the park closed at 14 ms
+    header = r.header
+    header.exited_parked_ns[ring.PARK_OBJECT], header.exited_parked_ns[ring.PARK_STW] = 3 * MS - 1000, 4 * MS
+    header.exits_started = header.exited_threads = 1
+    slot.tid = 0  # exited: EXIT freed the slot, then folded its figures
+    assert totals.update(r, 20 * MS, {threading.get_native_id(): me.name})
+    assert totals.by_name[me.name][ring.PARK_OBJECT] == 3 * MS - 1000
+    assert totals.by_name[me.name][ring.PARK_STW] == 4 * MS

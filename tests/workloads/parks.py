@@ -2,7 +2,7 @@
 
 Usage: python parks.py SCENARIO HOLD_MS; the in-process backend. Prints one JSON document: the
 finished spans (name, attributes, events), the scenario's truth (monotonic ns), whether parks were
-hooked, and the ``cpython.parked.time`` counter by kind at the end (s). Each scenario runs a victim span on one thread while another thread keeps
+hooked, and the ``cpython.parked.time`` counter by kind at the end (s, summed over thread names). Each scenario runs a victim span on one thread while another thread keeps
 something from it:
 
 - ``critical_section``: a thread sorts a shared list with a key that stays attached for HOLD_MS
@@ -174,9 +174,11 @@ def main() -> None:
     GilInstrumentor().instrument(tracer_provider=provider, meter_provider=MeterProvider([reader]), backend="inprocess")
     hooked = parks.current is not None
     truth = SCENARIOS[scenario](provider.get_tracer("parks"), hold_ms)
-    parked = {point.attributes["cpython.park.kind"]: point.value
-              for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics
-              if m.name == "cpython.parked.time" for point in m.data.data_points}
+    parked: dict = {}  # by kind, summed over thread names
+    for point in (p for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
+                  for m in sm.metrics if m.name == "cpython.parked.time" for p in m.data.data_points):
+        kind = point.attributes["cpython.park.kind"]
+        parked[kind] = parked.get(kind, 0) + point.value
     GilInstrumentor().uninstrument()
     spans = [{"name": s.name, "attributes": dict(s.attributes), "duration_ns": s.end_time - s.start_time,
               "events": [{"name": e.name, "attributes": dict(e.attributes), "time": e.timestamp} for e in s.events]}
