@@ -58,21 +58,26 @@ class Parks:
         self.convoy_ns = ring.header.convoy_ns
         self.long_wait_ns = ring.header.long_wait_ns
 
-    def _slot(self) -> Optional[ringlib.Slot]:
-        """A consistent copy of the calling thread's slot, None if it has none (no park yet)."""
+    def read(self) -> tuple[Parked, Optional[ringlib.Slot]]:
+        """The calling thread's figures now, and the slot they were read from (None: no park yet).
+        The clock is read again until no park of this thread (a move of its slot's seq: a
+        stop-the-world may suspend it between two bytecodes) came between it and the copy.
+        Raises BusySlot if none came out consistent."""
         tid = threading.get_native_id()
         index = self.ring.find(tid, getattr(_local, "hint", -1))
         if index < 0:
-            return None
+            return Parked(time.monotonic_ns(), (0,) * ringlib.PARK_KINDS, 0, 0), None
         _local.hint = index
-        copy = self.ring.snapshot(index)
-        return copy if copy.tid == tid else None
-
-    def read(self) -> tuple[Parked, Optional[ringlib.Slot]]:
-        """The calling thread's figures now, and the slot they were read from."""
-        slot = self._slot()
-        now = time.monotonic_ns()
-        if slot is None:
+        live = self.ring.slot(index)
+        for _ in range(ringlib.SNAPSHOT_TRIES):
+            seq = live.seq
+            now = time.monotonic_ns()
+            slot = self.ring.snapshot(index)
+            if slot.seq == seq:
+                break
+        else:
+            raise ringlib.BusySlot(f"slot {index} moved between every clock read and copy")
+        if slot.tid != tid:
             return Parked(now, (0,) * ringlib.PARK_KINDS, 0, 0), None
         parked = list(slot.parked_ns)
         if slot.park_start_ns and now > slot.park_start_ns:  # open: closed at now
@@ -134,7 +139,12 @@ Start = tuple[Parks, Parked, int]  # what snapshot() took, on which thread (nati
 def snapshot() -> Optional[Start]:
     """The calling thread's figures at a span's start (None: parks are not hooked)."""
     parks = current
-    return None if parks is None else (parks, parks.read()[0], threading.get_native_id())
+    if parks is None:
+        return None
+    try:
+        return parks, parks.read()[0], threading.get_native_id()
+    except ringlib.BusySlot:  # the span goes without parked time
+        return None
 
 
 def figures(start: Optional[Start], wall_minus_mono: int) -> tuple[dict, list[tuple[str, dict, int, int]]]:
@@ -144,7 +154,10 @@ def figures(start: Optional[Start], wall_minus_mono: int) -> tuple[dict, list[tu
     if start is None or start[2] != threading.get_native_id():
         return {}, []
     parks, before, _ = start
-    after, slot = parks.read()
+    try:
+        after, slot = parks.read()
+    except ringlib.BusySlot:
+        return {}, []
     parked = [a - b for a, b in zip(after.parked_ns, before.parked_ns)]
     if min(parked) < 0 or sum(parked) > after.mono_ns - before.mono_ns:  # not the slot it started with (a fork)
         return {}, []
