@@ -63,10 +63,10 @@ class Parks:
         The clock is read again until no park of this thread (a move of its slot's seq: a
         stop-the-world may suspend it between two bytecodes) came between it and the copy.
         Raises BusySlot if none came out consistent."""
-        tid = threading.get_native_id()
+        tid, now = threading.get_native_id(), time.monotonic_ns()
         index = self.ring.find(tid, getattr(_local, "hint", -1))
-        if index < 0:
-            return Parked(time.monotonic_ns(), (0,) * ringlib.PARK_KINDS, 0, 0), None
+        if index < 0:  # no park by then (the clock read first: a first park after it claims a slot)
+            return Parked(now, (0,) * ringlib.PARK_KINDS, 0, 0), None
         _local.hint = index
         live = self.ring.slot(index)
         for _ in range(ringlib.SNAPSHOT_TRIES):
