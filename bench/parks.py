@@ -1,5 +1,5 @@
 """Where a free-threaded build's threads park, and whether a park says why (README, "Free-threaded
-builds", "Parking time"). Root: bcc.
+builds", "Parked time"). Root: bcc.
 
 A child process on ``--python`` (a free-threaded build, its GIL off) waits four times for a thread
 that keeps something for ``--hold-ms`` (a ``ctypes.PyDLL`` usleep: the holder stays attached):

@@ -14,6 +14,11 @@
  *   pthread key destructor                  a thread exits: fold its figures
  * The wrappers then call the real function (got_patch.h says where from).
  *
+ * On a free-threaded build running without its GIL, install_parks() also swaps
+ * libpython's sem_clockwait/sem_timedwait/sem_wait, the calls a thread parks with
+ * (CPython's parking lot on glibc), for wrappers that time each park around the real
+ * call (gil_writer.h: PARK, UNPARK) and say what it parked on (park_kind() below).
+ *
  * A logged hold also records where the releasing thread's Python code was
  * (otel_gil/gil_location.h, the collector's code too), read with plain loads
  * through the struct offsets of otel_gil/pystructs.py: set_layout() takes them
@@ -35,14 +40,19 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <linux/types.h> /* the __u32/__u64 of gil_layout.h */
 #include <pthread.h>
+#include <semaphore.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -205,9 +215,9 @@ static inline struct gil_slot *my_slot(void)
 	me.slot = claim(me.tid);
 	if (me.slot != NULL) {
 		struct gil_slot *s = me.slot;
-		if (s->wait_start_ns || s->acquired_ns) {
+		if (s->wait_start_ns || s->acquired_ns || s->park_start_ns) {
 			seq_bump(s);
-			s->wait_start_ns = s->acquired_ns = 0;
+			s->wait_start_ns = s->acquired_ns = s->park_start_ns = 0;
 			s->flags = 0;
 			seq_bump(s);
 		}
@@ -288,6 +298,140 @@ static int hook_cond_timedwait(pthread_cond_t *cond, pthread_mutex_t *mutex, con
 	return real_timedwait(cond, mutex, abstime);
 }
 
+/* ------------------------------------------------------------ parks */
+#ifdef Py_GIL_DISABLED
+
+typedef int (*sem_wait_fn)(sem_t *);
+typedef int (*sem_timedwait_fn)(sem_t *, const struct timespec *);
+typedef int (*sem_clockwait_fn)(sem_t *, clockid_t, const struct timespec *);
+static sem_wait_fn real_sem_wait;
+static sem_timedwait_fn real_sem_timedwait;
+static sem_clockwait_fn real_sem_clockwait;
+
+/* Where this CPython keeps what a park's address is told apart by (otel_gil/pystructs.py's
+ * PARKING row, set by install_parks; offsets in bytes, -1: none). */
+static struct {
+	long entry_addr;    /* &wait_entry.addr - &wait_entry.sema (the sem_t a park sleeps on) */
+	long tstate_state;  /* PyThreadState.state */
+	long ob_mutex, ob_type, lock_mutex, tp_name;
+	long stw_runtime, stw_interp; /* stoptheworld.stop_event in _PyRuntime, PyInterpreterState */
+	uintptr_t runtime, runtime_size, interp, interp_size;
+	uintptr_t lock_types[2];        /* _thread.lock, _thread.RLock: the app's locks */
+	uintptr_t park_fn[2], lock_fn[2]; /* _PySemaphore_Wait, PyThread_acquire_lock_timed: [start, end) */
+	const int *gil_enabled;         /* the main interpreter's _gil_runtime_state.enabled */
+} pl;
+static volatile int parks_active;
+static pid_t self_pid;
+
+/* A read of this process's memory that fails instead of faulting (the address may be anything). */
+static int safe_read(void *dst, size_t n, uintptr_t src)
+{
+	struct iovec local = {dst, n}, remote = {(void *)src, n};
+	return syscall(SYS_process_vm_readv, self_pid, &local, 1, &remote, 1, 0) == (long)n ? 0 : -1;
+}
+
+static uintptr_t safe_word(uintptr_t src)
+{
+	uintptr_t word = 0;
+	return safe_read(&word, sizeof(word), src) == 0 ? word : 0;
+}
+
+/* The object at `op` has a type whose type is `type` or a metaclass of it: its name into `name`. */
+static int object_type(uintptr_t op, char *name)
+{
+	uintptr_t type = safe_word(op + pl.ob_type), meta = type ? safe_word(type + pl.ob_type) : 0;
+	if (!meta || (meta != (uintptr_t)&PyType_Type && safe_word(meta + pl.ob_type) != (uintptr_t)&PyType_Type))
+		return 0;
+	uintptr_t tp_name = safe_word(type + pl.tp_name);
+	if (!tp_name || safe_read(name, GIL_PARK_TYPE - 1, tp_name) != 0)
+		name[0] = 0; /* an object all the same: its name unread */
+	return 1;
+}
+
+static inline int in(uintptr_t addr, uintptr_t base, uintptr_t size) { return addr - base < size; }
+
+/* What the address a thread parks on belongs to (GIL_PARK_*), in this order: the thread's
+ * own state (suspended for a stop-the-world), a stop-the-world's event (its requester waits
+ * for the others), the runtime's or main interpreter's other fields, a threading.Lock's
+ * mutex, an object's ob_mutex (a critical section; its type's name into `name`), else other. */
+static __u32 park_kind(uintptr_t addr, char *name)
+{
+	PyThreadState *tstate = PyThreadState_GetUnchecked();
+	if (tstate != NULL && addr == (uintptr_t)tstate + pl.tstate_state)
+		return GIL_PARK_STW;
+	if ((pl.stw_runtime >= 0 && addr == pl.runtime + pl.stw_runtime) ||
+	    (pl.stw_interp >= 0 && addr == pl.interp + pl.stw_interp))
+		return GIL_PARK_STW;
+	if (in(addr, pl.runtime, pl.runtime_size) || in(addr, pl.interp, pl.interp_size))
+		return GIL_PARK_INTERNAL;
+	if ((addr - pl.lock_mutex) % 8 == 0) {
+		uintptr_t type = safe_word(addr - pl.lock_mutex + pl.ob_type);
+		if (type && (type == pl.lock_types[0] || type == pl.lock_types[1]))
+			return GIL_PARK_APP_LOCK;
+	}
+	if ((addr - pl.ob_mutex) % 8 == 0 && object_type(addr - pl.ob_mutex, name))
+		return GIL_PARK_OBJECT;
+	return GIL_PARK_OTHER;
+}
+
+/* PARK, if this sem_* call is a park made without a GIL: the caller's slot (NULL: not one).
+ * A parking-lot park sleeps on its wait_entry's semaphore, on the parking thread's stack
+ * right after the address it parks on; PyThread_acquire_lock_timed sleeps on a PyThread
+ * lock itself (threading.RLock's on 3.13). Other callers are not parks. */
+static struct gil_slot *park_begin(sem_t *sem, uintptr_t caller)
+{
+	struct gil_slot *s;
+	int parked = in(caller, pl.park_fn[0], pl.park_fn[1] - pl.park_fn[0]);
+	if (!parks_active || (pl.gil_enabled != NULL && __atomic_load_n(pl.gil_enabled, __ATOMIC_RELAXED)))
+		return NULL;
+	if (!parked && !in(caller, pl.lock_fn[0], pl.lock_fn[1] - pl.lock_fn[0]))
+		return NULL;
+	if ((s = my_slot()) == NULL)
+		return NULL;
+	int saved = errno;
+	char name[GIL_PARK_TYPE] = {0};
+	uintptr_t addr = parked ? *(const uintptr_t *)((const char *)sem + pl.entry_addr) : (uintptr_t)sem;
+	gil_on_park(s, now_ns(), parked ? park_kind(addr, name) : GIL_PARK_APP_LOCK, addr, name);
+	errno = saved;
+	return s;
+}
+
+static inline void park_end(struct gil_slot *s)
+{
+	if (s != NULL)
+		gil_on_unpark(header(), s, now_ns());
+}
+
+#define CALLER() ((uintptr_t)__builtin_return_address(0))
+
+static int hook_sem_wait(sem_t *sem)
+{
+	struct gil_slot *s = park_begin(sem, CALLER());
+	int result = real_sem_wait(sem), saved = errno;
+	park_end(s);
+	errno = saved;
+	return result;
+}
+
+static int hook_sem_timedwait(sem_t *sem, const struct timespec *abstime)
+{
+	struct gil_slot *s = park_begin(sem, CALLER());
+	int result = real_sem_timedwait(sem, abstime), saved = errno;
+	park_end(s);
+	errno = saved;
+	return result;
+}
+
+static int hook_sem_clockwait(sem_t *sem, clockid_t clock, const struct timespec *abstime)
+{
+	struct gil_slot *s = park_begin(sem, CALLER());
+	int result = real_sem_clockwait(sem, clock, abstime), saved = errno;
+	park_end(s);
+	errno = saved;
+	return result;
+}
+#endif /* Py_GIL_DISABLED */
+
 /* ------------------------------------------------------------- fork */
 
 #ifdef Py_GIL_DISABLED
@@ -311,6 +455,9 @@ static void after_fork_child(void)
 	 * child has no thread to release it. */
 	API_RESET();
 	learner = 0;
+#ifdef Py_GIL_DISABLED
+	self_pid = getpid();
+#endif
 	if (ring == NULL)
 		return;
 	/* The child runs one thread, with the parent's hooks and conds (same
@@ -324,6 +471,7 @@ static void after_fork_child(void)
 	h->held_total_ns = h->holds_written = h->acquisitions_total = h->last_acquired_ns = h->drop_request = 0;
 	h->locations_written = 0;
 	memset(h->location_misses, 0, sizeof(h->location_misses));
+	memset(h->exited_parked_ns, 0, sizeof(h->exited_parked_ns));
 	epoch++;
 }
 
@@ -444,13 +592,113 @@ static PyObject *install_locked(PyObject *module, PyObject *args, PyObject *kwds
 	return Py_BuildValue("(kn)", (unsigned long)(uintptr_t)ring, (Py_ssize_t)ring_size);
 }
 
-static PyObject *install(PyObject *module, PyObject *args, PyObject *kwds)
+typedef PyObject *(*kw_fn)(PyObject *, PyObject *, PyObject *);
+
+/* fn(module, args, kwds) under api_lock. */
+static PyObject *locked_kw(kw_fn fn, PyObject *module, PyObject *args, PyObject *kwds)
 {
 	API_LOCK();
-	PyObject *result = install_locked(module, args, kwds);
+	PyObject *result = fn(module, args, kwds);
 	API_UNLOCK();
 	return result;
 }
+
+static PyObject *install(PyObject *module, PyObject *args, PyObject *kwds)
+{
+	return locked_kw(install_locked, module, args, kwds);
+}
+
+#ifdef Py_GIL_DISABLED
+/* The sem_* calls hooked, one GOT each: libpython may call only some of them. */
+static struct got park_gots[3];
+static const struct got_hook park_hooks[3] = {
+	{"sem_wait", (void *)hook_sem_wait, (void **)&real_sem_wait},
+	{"sem_timedwait", (void *)hook_sem_timedwait, (void **)&real_sem_timedwait},
+	{"sem_clockwait", (void *)hook_sem_clockwait, (void **)&real_sem_clockwait},
+};
+
+/* [start, end) of the function `name` (its dynamic symbol's size); 0 if unknown. */
+static int function_range(const char *name, uintptr_t range[2])
+{
+	void *fn = dlsym(RTLD_DEFAULT, name);
+	Dl_info info;
+	const ElfW(Sym) *sym = NULL;
+	if (fn == NULL || !dladdr1(fn, &info, (void **)&sym, RTLD_DL_SYMENT) || sym == NULL || !sym->st_size)
+		return 0;
+	range[0] = (uintptr_t)fn;
+	range[1] = (uintptr_t)fn + sym->st_size;
+	return 1;
+}
+
+static PyObject *install_parks_locked(PyObject *module, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = {"nslots", "long_wait_ns", "convoy_ns", "entry_addr", "tstate_state", "ob_mutex",
+				 "ob_type", "lock_mutex", "tp_name", "stw_runtime", "stw_interp", "runtime_size",
+				 "interp_size", "lock_types", "gil_enabled", NULL};
+	unsigned int slots;
+	unsigned long long long_wait_ns, convoy_ns, lock_type, rlock_type, gil_enabled;
+	(void)module;
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "IKKllllllllkk(KK)K", kwlist, &slots, &long_wait_ns, &convoy_ns,
+					 &pl.entry_addr, &pl.tstate_state, &pl.ob_mutex, &pl.ob_type, &pl.lock_mutex,
+					 &pl.tp_name, &pl.stw_runtime, &pl.stw_interp, &pl.runtime_size, &pl.interp_size,
+					 &lock_type, &rlock_type, &gil_enabled))
+		return NULL;
+	if (ring == NULL && (slots < 16 || slots > 65536)) {
+		PyErr_SetString(PyExc_ValueError, "nslots must be in 16..65536");
+		return NULL;
+	}
+	if (!function_range("_PySemaphore_Wait", pl.park_fn)) {
+		PyErr_Format(Unsupported, "_PySemaphore_Wait is not among the interpreter's dynamic symbols");
+		return NULL;
+	}
+	function_range("PyThread_acquire_lock_timed", pl.lock_fn);
+	if (ring == NULL && allocate(slots) != 0)
+		return NULL;
+	if (!parks_active) {
+		header()->long_wait_ns = header()->long_hold_ns = long_wait_ns;
+		header()->convoy_ns = convoy_ns;
+	}
+	pl.runtime = (uintptr_t)dlsym(RTLD_DEFAULT, "_PyRuntime");
+	pl.interp = (uintptr_t)PyInterpreterState_Main();
+	pl.lock_types[0] = (uintptr_t)lock_type, pl.lock_types[1] = (uintptr_t)rlock_type;
+	pl.gil_enabled = (const int *)(uintptr_t)gil_enabled;
+	self_pid = getpid();
+	int patched = 0;
+	for (int i = 0; i < 3; i++) {
+		int failed = got_patch(&park_gots[i], &park_hooks[i], 1, (const void *)&PyEval_SaveThread);
+		if (failed == GOT_ERRNO) {
+			for (int j = 0; j < i; j++)
+				got_restore(&park_gots[j]);
+			return PyErr_SetFromErrno(PyExc_OSError);
+		}
+		patched += !failed;
+	}
+	if (!patched) {
+		PyErr_Format(Unsupported, "the interpreter: %s; use the collector", park_gots[0].error);
+		return NULL;
+	}
+	epoch++;
+	parks_active = 1;
+	return Py_BuildValue("(kn)", (unsigned long)(uintptr_t)ring, (Py_ssize_t)ring_size);
+}
+
+static PyObject *install_parks(PyObject *module, PyObject *args, PyObject *kwds)
+{
+	return locked_kw(install_parks_locked, module, args, kwds);
+}
+
+/* Stop timing parks (a park under way when the entries are restored is closed by its own hook). */
+static PyObject *uninstall_parks(PyObject *module, PyObject *unused)
+{
+	(void)module, (void)unused;
+	API_LOCK();
+	__atomic_store_n(&parks_active, 0, __ATOMIC_SEQ_CST);
+	for (int i = 0; i < 3; i++)
+		got_restore(&park_gots[i]);
+	API_UNLOCK();
+	Py_RETURN_NONE;
+}
+#endif /* Py_GIL_DISABLED */
 
 static PyObject *uninstall(PyObject *module, PyObject *unused)
 {
@@ -531,22 +779,31 @@ static PyObject *set_layout_locked(PyObject *module, PyObject *arg)
 
 static PyObject *set_layout(PyObject *module, PyObject *arg) { return locked(set_layout_locked, module, arg); }
 
-static PyObject *hooked_entries(PyObject *module, PyObject *unused)
+/* Append a row per entry of `got` to `list` (NULL stays NULL; a failure clears it). */
+static PyObject *append_entries(PyObject *list, const struct got *got)
 {
-	(void)module, (void)unused;
-	API_LOCK();
-	const struct got_entry *got = interpreter_got.entries;
-	PyObject *list = PyList_New(0);
-	for (int i = 0; list != NULL && i < interpreter_got.n; i++) {
-		PyObject *row = Py_BuildValue("{s:s,s:k,s:k,s:k,s:O}", "symbol", got[i].hooked->symbol, "address",
-					      (unsigned long)(uintptr_t)got[i].address, "value",
-					      (unsigned long)(uintptr_t)*got[i].address, "original",
-					      (unsigned long)(uintptr_t)got[i].original, "relro",
-					      got[i].relro ? Py_True : Py_False);
+	const struct got_entry *e = got->entries;
+	for (int i = 0; list != NULL && i < got->n; i++) {
+		PyObject *row = Py_BuildValue("{s:s,s:k,s:k,s:k,s:O}", "symbol", e[i].hooked->symbol, "address",
+					      (unsigned long)(uintptr_t)e[i].address, "value",
+					      (unsigned long)(uintptr_t)*e[i].address, "original",
+					      (unsigned long)(uintptr_t)e[i].original, "relro", e[i].relro ? Py_True : Py_False);
 		if (row == NULL || PyList_Append(list, row) != 0)
 			Py_CLEAR(list);
 		Py_XDECREF(row);
 	}
+	return list;
+}
+
+static PyObject *hooked_entries(PyObject *module, PyObject *unused)
+{
+	(void)module, (void)unused;
+	API_LOCK();
+	PyObject *list = append_entries(PyList_New(0), &interpreter_got);
+#ifdef Py_GIL_DISABLED
+	for (int i = 0; i < 3; i++)
+		list = append_entries(list, &park_gots[i]);
+#endif
 	API_UNLOCK();
 	return list;
 }
@@ -567,6 +824,12 @@ static PyMethodDef methods[] = {
 	{"install", (PyCFunction)(void (*)(void))install, METH_VARARGS | METH_KEYWORDS,
 	 "install(nslots, long_wait_ns, convoy_ns) -> (address, size): hook the GIL's hand-offs (GIL held)."},
 	{"uninstall", uninstall, METH_NOARGS, "Restore the original GOT entries; the ring stays mapped."},
+#ifdef Py_GIL_DISABLED
+	{"install_parks", (PyCFunction)(void (*)(void))install_parks, METH_VARARGS | METH_KEYWORDS,
+	 "install_parks(nslots, long_wait_ns, convoy_ns, **offsets) -> (address, size): time each park made "
+	 "without a GIL (the sem_* GOT entries), by what it parked on (otel_gil/parks.py passes the offsets)."},
+	{"uninstall_parks", uninstall_parks, METH_NOARGS, "Restore the sem_* GOT entries; the ring stays mapped."},
+#endif
 	{"locate_self", locate_self, METH_O,
 	 "locate_self(layout) -> bytes: the calling thread's struct gil_location read through a struct gil_py_layout "
 	 "(bytes), with reads that fail instead of faulting; the ring is not touched."},

@@ -51,15 +51,22 @@ def gil_on_for_good() -> bool:
 
 def _enabled_count() -> Optional[int]:
     """``struct _gil_runtime_state.enabled`` of the main interpreter, None where it cannot be found."""
+    address = enabled_address()
+    return None if address is None else ctypes.c_int.from_address(address).value
+
+
+def enabled_address() -> Optional[int]:
+    """Where ``struct _gil_runtime_state.enabled`` of the main interpreter is (found once),
+    None where it cannot be found."""
     global _enabled_at
     if _enabled_at is None:
         runtime = pystructs.own_runtime()
         found = runtime and pystructs.gil_enabled_address(sys.version_info[:2], runtime, pystructs.read_own)
         _enabled_at = found or 0
-    return ctypes.c_int.from_address(_enabled_at).value if _enabled_at else None
+    return _enabled_at or None
 
 
-_enabled_at: Optional[int] = None  # where _enabled_count reads (0: nowhere), found once
+_enabled_at: Optional[int] = None  # where enabled_address points (0: nowhere), found once
 
 
 class TurnedOn(NamedTuple):

@@ -22,7 +22,7 @@
 #define OTEL_GIL_LAYOUT_H
 
 #define GIL_MAGIC 0x004c49474c45544fULL /* "OTELGIL\0", little-endian */
-#define GIL_LAYOUT_VERSION 6
+#define GIL_LAYOUT_VERSION 7
 #define GIL_HIST_BUCKETS 32 /* bucket i counts waits in [2^i, 2^(i+1)) ns */
 #define GIL_RING_LEN 16     /* long waits, and long holds, kept per thread */
 #define GIL_PROBE_LEN 16    /* open-addressing window searched for a tid */
@@ -34,6 +34,17 @@
 #define GIL_LOC_FRAMES 4    /* innermost Python frames kept per location */
 #define GIL_LOC_NAME 64     /* bytes kept of a function's name: its start */
 #define GIL_LOC_FILE 144    /* bytes kept of a file's path: its end */
+
+/* Parks (free-threaded builds with the GIL off: the threads' waits in CPython's parking lot),
+ * by what the address parked on belongs to (gil_park_kind in the in-process writer). */
+#define GIL_PARK_STW 0       /* the thread's own tstate->state, or a stop-the-world's stop_event */
+#define GIL_PARK_OBJECT 1    /* an object's ob_mutex: a critical section on it */
+#define GIL_PARK_APP_LOCK 2  /* a threading.Lock (or a PyThread lock: threading.RLock on 3.13) */
+#define GIL_PARK_INTERNAL 3  /* inside _PyRuntime or the main PyInterpreterState */
+#define GIL_PARK_OTHER 4     /* anything else: a join, an event, a once flag */
+#define GIL_PARK_KINDS 5
+#define GIL_PARK_RING_LEN 8  /* long parks kept per thread (a power of 2) */
+#define GIL_PARK_TYPE 24     /* bytes kept of an object's type name (tp_name's start, NUL-padded) */
 
 #define GIL_SLOT_IN_TAKE_GIL 1 /* slot.flags: inside take_gil, cond addresses not yet learned */
 #define GIL_SLOT_FORCED 2      /* slot.flags: the open wait began at a requested release (FORCED) */
@@ -155,6 +166,16 @@ struct gil_long_hold {
 	__u64 end_ns;
 };
 
+/* A park of at least header.long_wait_ns, written when it ends. */
+struct gil_long_park {
+	__u64 start_ns;
+	__u64 end_ns;
+	__u64 addr;               /* the address parked on */
+	__u32 kind;               /* GIL_PARK_* */
+	__u32 reserved;           /* 0 */
+	char type[GIL_PARK_TYPE]; /* GIL_PARK_OBJECT: the object's type name; else empty */
+};
+
 struct gil_slot {
 	__u64 seq;           /* odd while the BPF side writes this slot */
 	__u32 tid;           /* owner thread (kernel tid); 0 = free */
@@ -179,6 +200,16 @@ struct gil_slot {
 	/* Layout 6 */
 	__u64 tstate;           /* ACQUIRE: gil->last_holder, the thread state take_gil acquired the GIL
 	                         * for (0 without header.py): a location is read from it only */
+	/* Layout 7: parks, while a free-threaded build runs without its GIL (gil_writer.h: PARK, UNPARK). */
+	__u64 parked_ns[GIL_PARK_KINDS]; /* closed parks, by GIL_PARK_* */
+	__u64 parks;                     /* parks closed */
+	__u64 park_start_ns;             /* open park: started at, 0 when not parked */
+	__u64 park_addr;                 /* the open park's address */
+	__u32 park_kind;                 /* the open park's GIL_PARK_* */
+	__u32 park_reserved;             /* 0 */
+	char park_type[GIL_PARK_TYPE];   /* the open park's type name (GIL_PARK_OBJECT) */
+	__u64 long_parks;                /* parks >= header.long_wait_ns ever; park_ring[long_parks % GIL_PARK_RING_LEN] is next */
+	struct gil_long_park park_ring[GIL_PARK_RING_LEN];
 };
 
 struct gil_header {
@@ -223,6 +254,8 @@ struct gil_header {
 	struct gil_py_layout py;
 	__u64 locations_written;                /* RELEASE of a logged hold: += 1 (gil->mutex) */
 	__u64 location_misses[GIL_LOC_WHYS];    /* locations with each GIL_LOC_* in their why */
+	/* Layout 7 */
+	__u64 exited_parked_ns[GIL_PARK_KINDS]; /* slot.parked_ns of threads that exited (EXIT) */
 };
 
 #endif

@@ -28,6 +28,14 @@
  * convoy_waits counts waits of at least the switch interval (h->convoy_ns),
  * forced or not: each is a thread kept off the GIL for a whole interval or more.
  *
+ * Parks (a free-threaded build running without its GIL): a thread sleeps in CPython's
+ * parking lot through one libc call (sem_clockwait/sem_timedwait/sem_wait on glibc), made
+ * by the thread itself; a writer sees both of its ends:
+ *   PARK     the call's entry: what it parks on (an address, classified GIL_PARK_*)
+ *   UNPARK   its return
+ * A thread's parks never nest, and only the thread writes its slot, between seq bumps.
+ * A reader closes an open park at its own "now" (park_start_ns != 0), as an open wait.
+ *
  * The includer defines, before including this file:
  *   GIL_INLINE                 how these functions are declared (static, always inlined)
  *   GIL_SEQ_BUMP(s)            one increment of s->seq, ordered against the slot's other stores
@@ -65,6 +73,10 @@ GIL_INLINE void gil_slot_reset(struct gil_slot *s)
 	s->forced_acq_mark = 0;
 	s->tstate = 0;
 	__builtin_memset(s->hist, 0, sizeof(s->hist));
+	__builtin_memset(s->parked_ns, 0, sizeof(s->parked_ns));
+	s->parks = 0;
+	s->park_start_ns = 0;
+	s->long_parks = 0;
 	GIL_SEQ_BUMP(s);
 }
 
@@ -194,6 +206,42 @@ GIL_INLINE void gil_on_wait(struct gil_header *h, struct gil_slot *s, __u64 now)
 	GIL_SEQ_BUMP(s);
 }
 
+/* PARK: open a park on `addr`, of kind `kind` (GIL_PARK_*), with its object's type name
+ * (GIL_PARK_TYPE bytes, NUL-padded; GIL_PARK_OBJECT only, else all zero). */
+GIL_INLINE void gil_on_park(struct gil_slot *s, __u64 now, __u32 kind, __u64 addr, const char *type)
+{
+	GIL_SEQ_BUMP(s);
+	s->park_start_ns = now;
+	s->park_addr = addr;
+	s->park_kind = kind < GIL_PARK_KINDS ? kind : GIL_PARK_OTHER;
+	__builtin_memcpy(s->park_type, type, GIL_PARK_TYPE);
+	GIL_SEQ_BUMP(s);
+}
+
+/* UNPARK: close the open park into its kind's total (and the long-park ring). */
+GIL_INLINE void gil_on_unpark(struct gil_header *h, struct gil_slot *s, __u64 now)
+{
+	if (!s->park_start_ns)
+		return;
+	__u64 parked = now > s->park_start_ns ? now - s->park_start_ns : 0;
+	__u32 kind = s->park_kind < GIL_PARK_KINDS ? s->park_kind : GIL_PARK_OTHER;
+	GIL_SEQ_BUMP(s);
+	s->parked_ns[kind] += parked;
+	s->parks++;
+	if (parked >= h->long_wait_ns) {
+		struct gil_long_park *lp = &s->park_ring[s->long_parks & (GIL_PARK_RING_LEN - 1)];
+		lp->start_ns = s->park_start_ns;
+		lp->end_ns = now;
+		lp->addr = s->park_addr;
+		lp->kind = kind;
+		lp->reserved = 0;
+		__builtin_memcpy(lp->type, s->park_type, GIL_PARK_TYPE);
+		s->long_parks++;
+	}
+	s->park_start_ns = 0;
+	GIL_SEQ_BUMP(s);
+}
+
 /* EXIT: free the slot (one store: no seq bump that a thread claiming it next
  * could interleave with), then add its totals between exits_started and
  * exited_threads: a reader that finds the two equal read no exit half-added
@@ -202,12 +250,16 @@ GIL_INLINE void gil_on_wait(struct gil_header *h, struct gil_slot *s, __u64 now)
 GIL_INLINE void gil_on_exit(struct gil_header *h, struct gil_slot *s)
 {
 	__u64 wait = s->wait_ns, hold = s->hold_ns, acquisitions = s->acquisitions, convoy = s->convoy_waits;
+	__u64 parked[GIL_PARK_KINDS];
+	__builtin_memcpy(parked, s->parked_ns, sizeof(parked));
 	GIL_FREE_SLOT(s);
 	GIL_ATOMIC_ADD(&h->exits_started, 1);
 	GIL_ATOMIC_ADD(&h->exited_wait_ns, wait);
 	GIL_ATOMIC_ADD(&h->exited_hold_ns, hold);
 	GIL_ATOMIC_ADD(&h->exited_acquisitions, acquisitions);
 	GIL_ATOMIC_ADD(&h->exited_convoy_waits, convoy);
+	for (int k = 0; k < GIL_PARK_KINDS; k++)
+		GIL_ATOMIC_ADD(&h->exited_parked_ns[k], parked[k]);
 	GIL_ATOMIC_ADD(&h->exited_threads, 1);
 }
 

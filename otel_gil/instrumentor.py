@@ -10,7 +10,7 @@ from typing import Collection, Optional
 from opentelemetry import metrics, trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-from otel_gil import backend, threads, wait_spans
+from otel_gil import backend, parks, threads, wait_spans
 from otel_gil.environment_variables import (
     OTEL_GIL_LONG_WAIT_MS,
     OTEL_GIL_NO_EXTENSIONS,
@@ -66,6 +66,7 @@ class GilInstrumentor(BaseInstrumentor):
         long_wait_ms = kwargs.get("long_wait_ms", _env_float(OTEL_GIL_LONG_WAIT_MS, 1.0))
         timeout = kwargs.get("register_timeout_s", _env_float(OTEL_GIL_REGISTER_TIMEOUT_S, 2.0))
         wait_spans.configure(kwargs.get("wait_spans_ms", _env_float(OTEL_GIL_WAIT_SPANS_MS, sys.getswitchinterval() * 1e3)))
+        parks.start(int(long_wait_ms * 1e6))  # a free-threaded build without its GIL: parked time instead
         source = backend.start(kwargs.get("backend"), kwargs.get("socket_path"), int(long_wait_ms * 1e6), timeout)
         fast = os.environ.get(OTEL_GIL_NO_EXTENSIONS, "").strip().lower() not in ("1", "true", "yes")
         meter_provider = kwargs.get("meter_provider") or metrics.get_meter_provider()
@@ -84,6 +85,7 @@ class GilInstrumentor(BaseInstrumentor):
         unwrap_span()
         wait_spans.configure(0)
         threads.unwatch_starts()
+        parks.stop()
         if self._processor is not None:
             self._processor.enabled = False  # the SDK has no remove_span_processor (Python hooks)
         if self._backend is not None:

@@ -74,20 +74,31 @@ class Totals:
     or unknown ones. The sum over names always equals the process's true total.
     """
 
+    width = len(_FIELDS)  # figures per thread (a subclass counts others: values(), exited())
+
     def __init__(self) -> None:
         self.by_name: dict[str, list[int]] = {}
         self._ring: Optional[ringlib.Ring] = None
+
+    def values(self, slot: ringlib.Slot, now_ns: int) -> list[int]:
+        """A slot's figures (open intervals closed at ``now_ns``)."""
+        c = ringlib.counters(slot, now_ns)
+        return [c.wait_ns, c.hold_ns, c.acquisitions, c.convoy_waits]
+
+    def exited(self, header: ringlib.Header) -> list[int]:
+        """The header's totals of the threads that exited, as values() orders them."""
+        return [getattr(header, f) for f in _EXITED]
 
     def _reset(self, ring: ringlib.Ring) -> None:
         self._ring = ring
         self._seen: dict[int, tuple[str, list[int]]] = {}  # tid -> (name, values last read)
         self._departed: collections.deque[tuple[str, list[int]]] = collections.deque()
-        self._exited, self._exits = [0, 0, 0, 0], 0
+        self._exited, self._exits = [0] * self.width, 0
         self._recent: dict[int, str] = {}  # the previous update's started threads
         self._unnamed: set[int] = set()  # tids whose slots the previous update left for later
 
     def _add(self, name: str, delta: list[int]) -> None:
-        total = self.by_name.setdefault(name, [0, 0, 0, 0])
+        total = self.by_name.setdefault(name, [0] * self.width)
         for i, d in enumerate(delta):
             total[i] += d
 
@@ -115,7 +126,7 @@ class Totals:
         if not ring.continues(self._ring):  # a new registration: new slots, new exited totals
             self._reset(ring)
         self._ring = ring  # or the same slots, maybe through a new instrument()'s view: they go on
-        exited_totals = _patiently(lambda: _exited(ring.header))
+        exited_totals = _patiently(lambda: _exited(ring.header, self.exited))
         slots = None if exited_totals is None else _patiently(lambda: _slots(ring))
         if slots is None:  # read again at the next collection, these starts with it
             self._recent = {**self._recent, **(started or {})}
@@ -127,8 +138,7 @@ class Totals:
         live: dict[int, tuple[str, list[int]]] = {}
         unnamed: set[int] = set()
         for slot in slots:
-            c = ringlib.counters(slot, now_ns)
-            values = [c.wait_ns, c.hold_ns, c.acquisitions, c.convoy_waits]
+            values = self.values(slot, now_ns)
             old = self._seen.pop(slot.tid, None)
             if old is not None and not _reset(values, old[1]):
                 name, delta = old[0], [v - o for v, o in zip(values, old[1])]
@@ -155,13 +165,13 @@ class Totals:
         return True
 
 
-def _exited(header: ringlib.Header) -> Optional[tuple[list[int], int]]:
-    """The header's exited totals and count, as of no exit half-added: the BPF side bumps
+def _exited(header: ringlib.Header, totals: Callable[[ringlib.Header], list[int]]) -> Optional[tuple[list[int], int]]:
+    """The header's exited ``totals`` and count, as of no exit half-added: the BPF side bumps
     ``exits_started``, adds the totals, then bumps ``exited_threads``; equal counts read
     around the totals mean none was in between. None if every try met an exit in progress."""
     for _ in range(_HEADER_TRIES):
         exits = header.exited_threads
-        exited = [getattr(header, f) for f in _EXITED]
+        exited = totals(header)
         if header.exits_started == exits:
             return exited, exits
     return None
@@ -311,6 +321,9 @@ class GilMetrics:
                 description="1 once this free-threaded build runs with its GIL on, no point while it runs without "
                             "(gil.enabled_by: the module whose import turned it on)",
             )
+            from otel_gil.park_metrics import ParkMetrics  # it builds on Totals
+
+            ParkMetrics(meter)  # cpython.parked.time, while it runs without
 
     def rebind(self, registration: Backend) -> None:
         """Read ``registration``'s ring from now on (a new ``instrument()``)."""

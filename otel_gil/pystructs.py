@@ -183,3 +183,28 @@ def py_layout(version: tuple[int, int], code_type: int, str_type: int, bytes_typ
     layout.minor = version[1]
     layout.code_type, layout.str_type, layout.bytes_type = code_type, str_type, bytes_type
     return layout
+
+
+@dataclass(frozen=True)
+class Parking:
+    """What tells a free-threaded build's parks apart (README, "Free-threaded builds", "Parked
+    time"), for the in-process writer's park hooks (``_inprocess.install_parks``): offsets in
+    bytes (-1: none)."""
+
+    entry_addr: int  # Python/parking_lot.c: &wait_entry.addr - &wait_entry.sema (the sem_t slept on)
+    tstate_state: int  # PyThreadState.state: a thread suspended for a stop-the-world parks on it
+    ob_mutex: int  # PyObject.ob_mutex: a critical section's lock
+    ob_type: int  # PyObject.ob_type
+    lock_mutex: int  # Modules/_threadmodule.c: lockobject.lock (the PyMutex of a threading.Lock)
+    tp_name: int  # PyTypeObject.tp_name
+    stw_runtime: int  # _PyRuntimeState.stoptheworld.stop_event: a global stop-the-world's requester waits on it
+    stw_interp: int  # PyInterpreterState.stoptheworld.stop_event: ... an interpreter's
+
+
+# Free-threaded builds only (3.13t: CPython 3.13.5's headers, checked by tests/integration/test_pystructs.py).
+PARKING: dict[tuple[int, int], Parking] = {
+    (3, 13): Parking(-8, 40, 10, 24, 32, 40, 10340, 10748),
+}
+# _Py_DebugOffsets positions (3.13+) of runtime_state.size and interpreter_state.size: a park
+# on an address inside _PyRuntime or the main PyInterpreterState is the interpreter's own.
+DEBUG_RUNTIME_SIZE, DEBUG_INTERP_SIZE = 24, 48

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Iterator, NamedTuple, Optional
 
 MAGIC = 0x004C49474C45544F
-LAYOUT_VERSION = 6
+LAYOUT_VERSION = 7
 HIST_BUCKETS = 32
 RING_LEN = 16
 PROBE_LEN = 16
@@ -44,6 +44,11 @@ LOC_WHYS = 8
 LOC_WHY_NAMES = ("no_layout", "holder", "no_frame", "unreadable", "not_code", "not_str", "no_line")
 FRAME_OBJECT, FRAME_INTERP = 1, 2
 LINES_LNOTAB, LINES_PAIRS, LINES_LOCATIONS = 1, 2, 3
+# Parks (free-threaded builds, GIL off), by what they parked on: Slot.parked_ns[i], LongPark.kind.
+PARK_STW, PARK_OBJECT, PARK_APP_LOCK, PARK_INTERNAL, PARK_OTHER = range(5)
+PARK_KINDS = 5
+PARK_RING_LEN = 8
+PARK_TYPE = 24
 CLOCK_MONOTONIC = 1
 SNAPSHOT_TRIES = 10_000
 
@@ -124,6 +129,17 @@ class LongHold(ctypes.Structure):
     ]
 
 
+class LongPark(ctypes.Structure):
+    _fields_ = [
+        ("start_ns", _u64),
+        ("end_ns", _u64),
+        ("addr", _u64),
+        ("kind", _u32),
+        ("reserved", _u32),
+        ("type", ctypes.c_char * PARK_TYPE),
+    ]
+
+
 class Slot(ctypes.Structure):
     _fields_ = [
         ("seq", _u64),
@@ -145,6 +161,15 @@ class Slot(ctypes.Structure):
         ("forced_waits", _u64),
         ("forced_acq_mark", _u64),
         ("tstate", _u64),
+        ("parked_ns", _u64 * PARK_KINDS),
+        ("parks", _u64),
+        ("park_start_ns", _u64),
+        ("park_addr", _u64),
+        ("park_kind", _u32),
+        ("park_reserved", _u32),
+        ("park_type", ctypes.c_char * PARK_TYPE),
+        ("long_parks", _u64),
+        ("park_ring", LongPark * PARK_RING_LEN),
     ]
 
 
@@ -182,6 +207,7 @@ class Header(ctypes.Structure):
         ("py", PyLayout),
         ("locations_written", _u64),
         ("location_misses", _u64 * LOC_WHYS),
+        ("exited_parked_ns", _u64 * PARK_KINDS),
     ]
 
 

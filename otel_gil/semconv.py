@@ -122,6 +122,31 @@ EVENTS[GIL_ENABLED] = "an import turned a free-threaded build's GIL on, at the e
 GIL_ENABLED_BY = _key("gil.enabled_by", "the module whose import turned a free-threaded build's GIL on (on the "
                                         "gil.enabled event and gauge)")
 
+# Parked time (a free-threaded build running without its GIL: README, "Free-threaded builds", "Parked time"),
+# by what the span's thread parked on (otel_gil/parks.py; gil_layout.h's GIL_PARK_* in this order).
+PARKED = "cpython.parked"
+PARK_KINDS = ("stop_the_world", "critical_section", "app_lock", "internal", "other")
+PARKED_MS = tuple(_key(f"{PARKED}.{kind}_ms", meaning) for kind, meaning in zip(PARK_KINDS, (
+    "parked while the interpreter stopped the world (the GC of a free-threaded build, ...): suspended, or "
+    "the requester waiting for the others to stop",
+    "parked on an object's lock: another thread held a critical section on it (a list, dict, set shared "
+    "between threads)",
+    "parked on the app's own lock: a threading.Lock (and the locks built on it), a threading.RLock",
+    "parked on a lock inside the interpreter's state (imports, allocator, type cache, ...)",
+    "parked on anything else: a Thread.join, an event, a once-only initialisation")))
+PARKED_TOTAL_MS = _key(f"{PARKED}_ms", "parked in all, the sum of the cpython.parked.*_ms")
+PARKS = _key("cpython.parks", "parks made by the span's thread while it ran")
+PARKED_TOP_TYPE = _key(f"{PARKED}.critical_section.top_type", "the type of the object whose lock the span's "
+                                                                "recorded parks waited on longest")
+PARKED_TOP_TYPE_MS = _key(f"{PARKED}.critical_section.top_type_ms", "how long they waited on that type's objects")
+PARKS_DROPPED = _key("cpython.parks.long_dropped", "long parks that fell out of the thread's ring before the span ended")
+PARK = "cpython.park"
+EVENTS[PARK] = "one park of at least the switch interval, naming what it parked on (an event, a child span)"
+PARK_KIND = _key(f"{PARK}.kind", "what a park waited on: one of " + ", ".join(PARK_KINDS))
+PARK_TYPE = _key(f"{PARK}.object.type", "critical_section: the type of the object parked on")
+PARK_MS = _key(f"{PARK}.ms", "the park's length")
+PARKED_TIME = "cpython.parked.time"  # the metric (s), by PARK_KIND
+
 # Metric attributes (and one read from server spans).
 HTTP_ROUTE = _key("http.route", "a server span's route: the gil.wait_ratio histogram's series")
 LE = _key("le", "a gil.wait_ratio.bucket's upper bound (Prometheus' classic histogram)")

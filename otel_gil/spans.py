@@ -24,7 +24,7 @@ from opentelemetry.trace import SpanKind, format_span_id
 from opentelemetry.trace import propagation as trace_propagation
 
 from otel_gil import blame as blamelib
-from otel_gil import free_threading
+from otel_gil import free_threading, parks
 from otel_gil import ring as ringlib
 from otel_gil import threads, wait_spans
 from otel_gil.backend import Backend
@@ -86,7 +86,7 @@ class _Start:
     ``shared``: the thread is shared by contexts these hooks cannot tell apart)."""
 
     __slots__ = ("registration", "ring", "generation", "tid", "mono_ns", "wall_ns", "counters", "status", "metrics",
-                 "shared")
+                 "shared", "parked")
     own = None  # contexts are tracked by the C hooks only
 
     def __init__(self, registration, ring, generation, tid, mono_ns, wall_ns, counters, status, metrics=None,
@@ -101,6 +101,7 @@ class _Start:
         self.status = status
         self.metrics = metrics
         self.shared = shared
+        self.parked = None  # parks.snapshot(), while a free-threaded build runs without its GIL
 
 
 def shared_thread() -> bool:
@@ -143,7 +144,9 @@ def snapshot(registration: Backend, metrics: Optional[GilMetrics] = None) -> _St
     cache = _thread_tid(state.generation)
     if state.ring is None or state.status != REGISTERED:
         now, wall = time.monotonic_ns(), time.time_ns()
-        return _Start(registration, None, state.generation, cache[1], now, wall, ringlib.ZERO, state.status, metrics)
+        start = _Start(registration, None, state.generation, cache[1], now, wall, ringlib.ZERO, state.status, metrics)
+        start.parked = parks.snapshot()
+        return start
     now, counters = _read(state.ring, cache)
     return _Start(registration, state.ring, state.generation, cache[1], now, time.time_ns(), counters, state.status,
                   metrics, shared_thread())
@@ -206,12 +209,14 @@ def figures(
     attrs: dict = {THREAD_NAME: thread.name, THREAD_ID: thread.ident}
     ring = start.ring
     if ring is None:
+        parked, events = parks.figures(start.parked, start.wall_ns - start.mono_ns)
+        attrs.update(parked)
         turned_on = getattr(start.registration, "turned_on", None) if start.status == GIL_DISABLED else None
         if turned_on is not None:  # an import turned a free-threaded build's GIL on as it ran
             attrs[GIL_STATUS] = GIL_TURNED_ON
-            return attrs, [free_threading.event(turned_on)], end_time or time.time_ns()
+            return attrs, [free_threading.event(turned_on), *events], end_time or time.time_ns()
         attrs[GIL_STATUS] = start.status
-        return attrs, [], end_time or time.time_ns()
+        return attrs, events, end_time or time.time_ns()
     cache = _thread_tid(start.generation)
     if cache[1] != start.tid:
         attrs[GIL_STATUS] = CROSS_THREAD

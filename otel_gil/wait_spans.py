@@ -74,7 +74,8 @@ def configure(threshold_ms: float) -> None:
 
 class Wait(NamedTuple):
     """A wait to draw: its thread's kernel id, its start and end as its slot's ring has them
-    (monotonic ns), the same on the wall clock, and its span's attributes."""
+    (monotonic ns), the same on the wall clock, its span's attributes and name (its event's:
+    ``gil.wait``, or ``cpython.park`` for a free-threaded build's park)."""
 
     tid: int
     start_ns: int
@@ -82,6 +83,7 @@ class Wait(NamedTuple):
     wall_start_ns: int
     wall_end_ns: int
     attributes: dict
+    name: str = GIL_WAIT
 
 
 def draw(span: Span, start, events: list[tuple[str, dict, int, int]], thread: dict, *, shared: bool,
@@ -99,10 +101,10 @@ def draw(span: Span, start, events: list[tuple[str, dict, int, int]], thread: di
         return
     offset = start.wall_ns - start.mono_ns  # as figures() mapped the ring's times onto the wall clock
     waits = {}  # by what identifies a wait: its thread and its ring times
-    for _, attributes, wall_start, wall_end in events:
+    for name, attributes, wall_start, wall_end in events:
         if wall_end - wall_start >= threshold_ns:
             wait = Wait(start.tid, wall_start - offset, wall_end - offset, wall_start, wall_end,
-                        {**thread, **attributes})
+                        {**thread, **attributes}, name)
             waits[wait[:3]] = wait
     with _lock:
         handed = getattr(span, _HANDED, None)
@@ -191,7 +193,7 @@ def _emit(parent: Span, waits: list[Wait]) -> None:
     for wait in waits:
         context = SpanContext(parent_context.trace_id, _ids.generate_span_id(), is_remote=False,
                               trace_flags=parent_context.trace_flags, trace_state=parent_context.trace_state)
-        child = _Span(GIL_WAIT, context, parent=parent_context, resource=parent.resource, attributes=wait.attributes,
+        child = _Span(wait.name, context, parent=parent_context, resource=parent.resource, attributes=wait.attributes,
                       kind=SpanKind.INTERNAL, span_processor=parent._span_processor, instrumentation_scope=_SCOPE,
                       limits=parent._limits)
         start(child, start_time=wait.wall_start_ns)

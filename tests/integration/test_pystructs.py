@@ -1,7 +1,7 @@
 """The one table of CPython struct offsets (otel_gil/pystructs.py) against each interpreter's
 own headers: every build of the matrix compiles them and prints what its row must say,
-the positions in _Py_DebugOffsets on 3.13+ included (on a free-threaded build: its own row, and
-the positions that say whether its GIL is on)."""
+the positions in _Py_DebugOffsets on 3.13+ included (on a free-threaded build: its own row, the
+positions that say whether its GIL is on, and its PARKING row)."""
 
 import subprocess
 
@@ -37,6 +37,14 @@ int main(void) {
     P("free_threaded", 1);
     printf("gil_enabled_debug %zu,%zu\n", offsetof(_Py_DebugOffsets, interpreter_state.ceval_gil),
            offsetof(_Py_DebugOffsets, interpreter_state.gil_runtime_state_enabled));
+    /* pystructs.PARKING, but entry_addr (struct wait_entry is Python/parking_lot.c's own: the
+     * parks' ground truths check it); lockobject as Modules/_threadmodule.c has it */
+    typedef struct { PyObject_HEAD PyMutex lock; } lockobject;
+    printf("parking %zu,%zu,%zu,%zu,%zu,%zu,%zu\n", offsetof(PyThreadState, state), offsetof(PyObject, ob_mutex),
+           offsetof(PyObject, ob_type), offsetof(lockobject, lock), offsetof(PyTypeObject, tp_name),
+           offsetof(_PyRuntimeState, stoptheworld.stop_event), offsetof(PyInterpreterState, stoptheworld.stop_event));
+    printf("debug_sizes %zu,%zu\n", offsetof(_Py_DebugOffsets, runtime_state.size),
+           offsetof(_Py_DebugOffsets, interpreter_state.size));
 #else
     P("free_threaded", 0);
 #endif
@@ -146,6 +154,11 @@ def test_the_row_matches_the_headers(matrix_runner, name):
     assert row is not None
     if free_threaded:
         assert pystructs.GIL_ENABLED_DEBUG[version] == tuple(int(p) for p in facts.pop("gil_enabled_debug").split(","))
+        parking = pystructs.PARKING[version]
+        assert (parking.tstate_state, parking.ob_mutex, parking.ob_type, parking.lock_mutex, parking.tp_name,
+                parking.stw_runtime, parking.stw_interp) == tuple(int(p) for p in facts.pop("parking").split(","))
+        assert (pystructs.DEBUG_RUNTIME_SIZE, pystructs.DEBUG_INTERP_SIZE) == \
+            tuple(int(p) for p in facts.pop("debug_sizes").split(","))
     debug = {key[len("debug."):]: int(value) for key, value in facts.items() if key.startswith("debug.")}
     assert row.debug == debug
     for key, value in facts.items():

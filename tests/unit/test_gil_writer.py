@@ -7,12 +7,9 @@ the top of gil_writer.h (times in ns; long waits and holds from 1 ms, convoys fr
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-
 import pytest
+from c_harness import harness
 
-ROOT = Path(__file__).resolve().parents[2]
 MS = 1_000_000
 # Reads "tid event now" lines (event: R release, A acquire, W wait, X exit), writes the acting
 # thread's slot and the header's process-wide fields after each as "key=value ..." lines.
@@ -98,14 +95,10 @@ FORCED, UNCHECKED = 2, 4  # GIL_SLOT_FORCED, GIL_SLOT_UNCHECKED
 @pytest.fixture(scope="module")
 def writer(tmp_path_factory):
     """Run events through gil_writer.h: a list of the states after each."""
-    work = tmp_path_factory.mktemp("writer")
-    (work / "harness.c").write_text(HARNESS)
-    subprocess.run(["cc", "-O2", "-Wall", "-Werror", f"-I{ROOT / 'otel_gil'}", "-o", str(work / "harness"),
-                    str(work / "harness.c")], check=True)
+    run_harness = harness(tmp_path_factory.mktemp("writer"), HARNESS)
 
-    def run(events: list[tuple[int, str, int]]) -> list[dict]:
-        out = subprocess.run([str(work / "harness")], input="".join(f"{t} {e} {n}\n" for t, e, n in events),
-                             capture_output=True, text=True, check=True).stdout
+    def run(events: list) -> list[dict]:
+        out = run_harness("".join(f"{t} {e} {n}\n" for t, e, n in events))
         states = [{k: int(v) for k, v in (kv.split("=") for kv in line.split())} for line in out.splitlines()]
         assert len(states) == len(events)
         assert all(state["seq"] % 2 == 0 for state in states)  # every event's writes between two bumps

@@ -12,7 +12,7 @@ from otel_gil import ring
 HEADER = Path(__file__).resolve().parents[2] / "otel_gil" / "gil_layout.h"
 STRUCTS = {"gil_header": ring.Header, "gil_slot": ring.Slot, "gil_long_wait": ring.LongWait,
            "gil_long_hold": ring.LongHold, "gil_hold": ring.HoldRecord, "gil_hold_page": ring.HoldPage,
-           "gil_frame": ring.FrameRecord, "gil_location": ring.LocationRecord, "gil_py_layout": ring.PyLayout}
+           "gil_frame": ring.FrameRecord, "gil_location": ring.LocationRecord, "gil_py_layout": ring.PyLayout, "gil_long_park": ring.LongPark}
 CONSTANTS = {
     "GIL_MAGIC": ring.MAGIC,
     "GIL_LAYOUT_VERSION": ring.LAYOUT_VERSION,
@@ -44,6 +44,14 @@ CONSTANTS = {
     "GIL_LINES_LNOTAB": ring.LINES_LNOTAB,
     "GIL_LINES_PAIRS": ring.LINES_PAIRS,
     "GIL_LINES_LOCATIONS": ring.LINES_LOCATIONS,
+    "GIL_PARK_STW": ring.PARK_STW,
+    "GIL_PARK_OBJECT": ring.PARK_OBJECT,
+    "GIL_PARK_APP_LOCK": ring.PARK_APP_LOCK,
+    "GIL_PARK_INTERNAL": ring.PARK_INTERNAL,
+    "GIL_PARK_OTHER": ring.PARK_OTHER,
+    "GIL_PARK_KINDS": ring.PARK_KINDS,
+    "GIL_PARK_RING_LEN": ring.PARK_RING_LEN,
+    "GIL_PARK_TYPE": ring.PARK_TYPE,
 }
 
 

@@ -1,0 +1,132 @@
+"""Parked time on spans of a free-threaded build (3.13t) running without its GIL, in-process,
+against ground truths measured by the workload (tests/workloads/parks.py): a list's critical
+section, a stop-the-world, the app's locks; and with the GIL on, GIL figures and no parked time.
+Tolerance: 5 % or 0.5 ms, whichever is larger."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, Runner, free_threaded_interpreters
+
+WORKLOAD = ROOT / "tests" / "workloads" / "parks.py"
+HOLD_MS = 200
+MS = 1e6
+
+
+@pytest.fixture(scope="module", params=sorted(free_threaded_interpreters()))
+def free_threaded(request) -> Runner:
+    runner = free_threaded_interpreters()[request.param]
+    if not Path(runner.python).exists():
+        pytest.fail(f"{runner.python} is missing: run 'make matrix' (or 'make test') first")
+    return runner
+
+
+def run(runner: Runner, scenario: str, hold_ms: int = HOLD_MS, **env: str) -> dict:
+    done = subprocess.run([runner.python, str(WORKLOAD), scenario, str(hold_ms)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **runner.env, "PYTHONPATH": str(ROOT), **env})
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    report["stderr"] = done.stderr
+    return report
+
+
+def victim(report: dict) -> dict:
+    (span,) = [s for s in report["spans"] if s["name"] == "victim"]
+    return span
+
+
+def within(measured_ms: float, truth_ms: float) -> bool:
+    return abs(measured_ms - truth_ms) <= max(0.05 * truth_ms, 0.5)
+
+
+def parks_of(span: dict, kind: str) -> list[dict]:
+    return [e["attributes"] for e in span["events"] if e["name"] == "cpython.park" and e["attributes"]["cpython.park.kind"] == kind]
+
+
+def test_a_critical_section_on_a_list(free_threaded):
+    report = run(free_threaded, "critical_section")
+    assert (report["hooked"], report["gil"]) == (True, False), report["stderr"]
+    attrs, truth_ms = victim(report)["attributes"], report["truth"]["waited_ns"] / MS
+    assert truth_ms >= HOLD_MS * 0.9, report["truth"]
+    assert within(attrs["cpython.parked.critical_section_ms"], truth_ms), (attrs, truth_ms)
+    assert report["parked_s"]["critical_section"] * 1e3 >= attrs["cpython.parked.critical_section_ms"] - 1e-6, report["parked_s"]
+    assert attrs["cpython.parked.critical_section.top_type"] == "list", attrs
+    assert attrs["cpython.parked.app_lock_ms"] + attrs["cpython.parked.stop_the_world_ms"] < 0.5, attrs
+    (park,) = parks_of(victim(report), "critical_section")
+    assert park["cpython.park.object.type"] == "list" and within(park["cpython.park.ms"], truth_ms), park
+
+
+def test_a_stop_the_world_suspends_the_other_threads(free_threaded):
+    """The victim's longest pause between two steps of its loop holds its stop-the-world park,
+    which ends with it (within the tolerance); and is as long, unless the kernel preempted the
+    victim in that pause (then it may have been off the CPU before it parked)."""
+    report = run(free_threaded, "stop_the_world")
+    assert (report["hooked"], report["gil"]) == (True, False), report["stderr"]
+    truth, span, offset = report["truth"], victim(report), report["wall_minus_mono"]
+    assert truth["pause_start_ns"] < truth["collect_end_ns"] and truth["pause_end_ns"] > truth["collect_start_ns"], truth
+    pause_ms = (truth["pause_end_ns"] - truth["pause_start_ns"]) / MS
+    (event,) = [e for e in span["events"] if e["attributes"] == max(parks_of(span, "stop_the_world"),
+                                                                    key=lambda p: p["cpython.park.ms"])]
+    park_ms, start_ns = event["attributes"]["cpython.park.ms"], event["time"] - offset
+    assert -0.5 * MS <= truth["pause_end_ns"] - (start_ns + park_ms * MS) <= max(0.05 * pause_ms, 0.5) * MS, (event, truth)
+    assert start_ns >= truth["pause_start_ns"] - 0.5 * MS, (event, truth)
+    if not truth["pause_preempted"]:
+        assert within(park_ms, pause_ms), (event, truth)
+    assert span["attributes"]["cpython.parked.stop_the_world_ms"] >= park_ms, span["attributes"]
+    assert report["parked_s"]["stop_the_world"] * 1e3 >= park_ms - 1e-6, report["parked_s"]
+
+
+@pytest.mark.parametrize("scenario", ["app_lock", "rlock"])
+def test_a_lock_held_by_another_thread_is_the_apps_lock(free_threaded, scenario):
+    report = run(free_threaded, scenario)
+    assert (report["hooked"], report["gil"]) == (True, False), report["stderr"]
+    attrs, truth_ms = victim(report)["attributes"], report["truth"]["waited_ns"] / MS
+    assert truth_ms >= HOLD_MS * 0.9, report["truth"]
+    assert within(attrs["cpython.parked.app_lock_ms"], truth_ms), (attrs, truth_ms)
+    assert report["parked_s"]["app_lock"] * 1e3 >= attrs["cpython.parked.app_lock_ms"] - 1e-6, report["parked_s"]
+    assert attrs["cpython.parked.critical_section_ms"] < 0.5, attrs
+
+
+def test_a_forked_child_times_its_own_parks(free_threaded):
+    """The child of a process whose parks were hooked starts its slots afresh and times its own."""
+    report = run(free_threaded, "fork")
+    assert report["hooked"], report["stderr"]
+    child, parent = report["truth"], victim(report)["attributes"]
+    assert parent["cpython.parked.app_lock_ms"] >= HOLD_MS * 0.9, parent
+    attrs, truth_ms = child["attributes"], child["truth"]["waited_ns"] / MS
+    assert within(attrs["cpython.parked.app_lock_ms"], truth_ms) and attrs["cpython.parks"] == 1, (attrs, truth_ms)
+
+
+def test_with_the_gil_on_gil_figures_and_no_parked_time(free_threaded):
+    """PYTHON_GIL=1: the park hooks are not installed; the lock wait is no GIL wait either
+    (the holder sleeps with the GIL released), so nothing is counted twice."""
+    report = run(free_threaded, "app_lock", PYTHON_GIL="1")
+    assert (report["hooked"], report["gil"]) == (False, True), report["stderr"]
+    attrs = victim(report)["attributes"]
+    assert not [k for k in attrs if k.startswith("cpython.park")] and not report["parked_s"], (attrs, report)
+    assert "gil.wait_ms" in attrs and "gil.status" not in attrs, attrs
+    assert attrs["gil.wait_ms"] < 0.1 * report["truth"]["waited_ns"] / MS, attrs
+
+
+def test_soak_every_span_parked_no_longer_than_it_lasted(free_threaded):
+    """8 threads, 2 s of spans contending on a list, a dict, a lock and the GC: per span, each kind
+    >= 0 and their sum <= its duration; some spans parked, on more than one kind."""
+    report = run(free_threaded, "soak", 2000)
+    assert (report["hooked"], report["gil"]) == (True, False), report["stderr"]
+    spans = [s for s in report["spans"] if s["name"] == "request"]  # not the cpython.park child spans
+    assert len(spans) > 100, len(spans)
+    kinds = set()
+    for span in spans:
+        attrs = span["attributes"]
+        parked = [attrs[f"cpython.parked.{kind}_ms"] for kind in ("stop_the_world", "critical_section", "app_lock",
+                                                                      "internal", "other")]
+        assert min(parked) >= 0 and abs(sum(parked) - attrs["cpython.parked_ms"]) < 1e-6, attrs
+        assert attrs["cpython.parked_ms"] * MS <= span["duration_ns"], span
+        kinds |= {i for i, p in enumerate(parked) if p}
+    assert len(kinds) >= 2, kinds

@@ -1,0 +1,191 @@
+"""Parked time on a free-threaded build (its GIL off), against ground truths measured here.
+
+Usage: python parks.py SCENARIO HOLD_MS; the in-process backend. Prints one JSON document: the
+finished spans (name, attributes, events), the scenario's truth (monotonic ns), whether parks were
+hooked, and the ``cpython.parked.time`` counter by kind at the end (s, summed over thread names). Each scenario runs a victim span on one thread while another thread keeps
+something from it:
+
+- ``critical_section``: a thread sorts a shared list with a key that stays attached for HOLD_MS
+  (a ``ctypes.PyDLL`` usleep: the list's critical section held); the victim appends to it.
+- ``stop_the_world``: a thread runs ``gc.collect()`` over a large heap while the victim counts;
+  the victim's longest pause between two steps holds the pause it was suspended for, and is that
+  pause unless the kernel preempted the victim in it (its involuntary context switches, counted:
+  on a loaded machine it may be off the CPU before it reaches the point where it parks).
+- ``app_lock``, ``rlock``: a thread holds a ``threading.Lock`` (``RLock``) for HOLD_MS; the
+  victim acquires it.
+- ``fork``: ``app_lock``, then ``app_lock`` again in a forked child (its truth and victim span).
+- ``soak``: 8 threads make spans sharing a list, a dict and a lock for HOLD_MS (no victim).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import json
+import os
+import resource
+import sys
+import threading
+import time
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_gil import parks
+from otel_gil.instrumentor import GilInstrumentor
+
+_exporter = InMemorySpanExporter()
+_usleep = ctypes.PyDLL(None).usleep  # PyDLL: the caller stays attached, holding what it holds
+
+
+def critical_section(tracer, hold_ms: int) -> dict:
+    shared, started = list(range(1000)), threading.Event()
+
+    def key(x: int) -> int:
+        if x == 0:
+            started.set()
+            _usleep(hold_ms * 1000)
+        return x
+
+    sorter = threading.Thread(target=lambda: shared.sort(key=key))
+    sorter.start()
+    started.wait()
+    with tracer.start_as_current_span("victim"):
+        t0 = time.monotonic_ns()
+        shared.append(1)
+        t1 = time.monotonic_ns()
+    sorter.join()
+    return {"waited_ns": t1 - t0}
+
+
+def stop_the_world(tracer, hold_ms: int) -> dict:
+    heap = [[i, str(i)] for i in range(hold_ms * 5000)]  # containers the collection visits
+    collecting, done, truth = threading.Event(), threading.Event(), {}
+
+    def collect() -> None:
+        collecting.wait()
+        truth["collect_start_ns"] = time.monotonic_ns()
+        gc.collect()
+        truth["collect_end_ns"] = time.monotonic_ns()
+        done.set()
+
+    collector = threading.Thread(target=collect)
+    collector.start()
+    def step() -> tuple[int, int]:  # now, and this thread's involuntary context switches so far
+        return time.monotonic_ns(), resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
+
+    with tracer.start_as_current_span("victim"):
+        last, longest = step(), (0, 0, 0)
+        collecting.set()
+        while True:
+            stopped = done.is_set()  # the last step after it is set still sees a pause before it
+            now = step()
+            if now[0] - last[0] > longest[1] - longest[0]:
+                longest = (last[0], now[0], now[1] - last[1])
+            last = now
+            if stopped:
+                break
+    collector.join()
+    del heap
+    truth["pause_start_ns"], truth["pause_end_ns"], truth["pause_preempted"] = longest
+    return truth
+
+
+def lock_held(tracer, hold_ms: int, lock) -> dict:
+    holding = threading.Event()
+
+    def hold() -> None:
+        with lock:
+            holding.set()
+            time.sleep(hold_ms / 1000)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait()
+    with tracer.start_as_current_span("victim"):
+        t0 = time.monotonic_ns()
+        with lock:
+            t1 = time.monotonic_ns()
+    holder.join()
+    return {"waited_ns": t1 - t0}
+
+
+def soak(tracer, seconds_ms: int) -> dict:
+    """8 threads making spans that share a list, a dict and a lock, with collections now and then."""
+    shared, table, lock, stop = [], {}, threading.Lock(), time.monotonic() + seconds_ms / 1000
+
+    def work(n: int) -> None:
+        while time.monotonic() < stop:
+            with tracer.start_as_current_span("request"):
+                shared.append(n)
+                table[n % 64] = list(table)
+                with lock:
+                    shared.sort()
+                if n % 97 == 0:
+                    gc.collect()
+                n += 8
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    return {}
+
+
+def forked(tracer, hold_ms: int) -> dict:
+    """A parked span in the parent, then ``app_lock`` in a forked child (its slots started afresh):
+    the child's victim span and truth."""
+    lock_held(tracer, hold_ms, threading.Lock())
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        _exporter.clear()
+        truth = lock_held(tracer, hold_ms, threading.Lock())
+        (span,) = [s for s in _exporter.get_finished_spans() if s.name == "victim"]
+        os.write(write, json.dumps({"truth": truth, "attributes": dict(span.attributes)}).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as child:
+        answer = json.loads(child.read())
+    os.waitpid(pid, 0)
+    return answer
+
+
+SCENARIOS = {
+    "fork": forked,
+    "soak": soak,
+    "critical_section": critical_section,
+    "stop_the_world": stop_the_world,
+    "app_lock": lambda tracer, hold_ms: lock_held(tracer, hold_ms, threading.Lock()),
+    "rlock": lambda tracer, hold_ms: lock_held(tracer, hold_ms, threading.RLock()),
+}
+
+
+def main() -> None:
+    scenario, hold_ms = sys.argv[1], int(sys.argv[2])
+    exporter, provider = _exporter, TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    reader = InMemoryMetricReader()
+    GilInstrumentor().instrument(tracer_provider=provider, meter_provider=MeterProvider([reader]), backend="inprocess")
+    hooked = parks.current is not None
+    truth = SCENARIOS[scenario](provider.get_tracer("parks"), hold_ms)
+    parked: dict = {}  # by kind, summed over thread names
+    for point in (p for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
+                  for m in sm.metrics if m.name == "cpython.parked.time" for p in m.data.data_points):
+        kind = point.attributes["cpython.park.kind"]
+        parked[kind] = parked.get(kind, 0) + point.value
+    GilInstrumentor().uninstrument()
+    spans = [{"name": s.name, "attributes": dict(s.attributes), "duration_ns": s.end_time - s.start_time,
+              "events": [{"name": e.name, "attributes": dict(e.attributes), "time": e.timestamp} for e in s.events]}
+             for s in exporter.get_finished_spans()]
+    print(json.dumps({"hooked": hooked, "gil": sys._is_gil_enabled(), "truth": truth, "spans": spans,
+                      "parked_s": parked, "wall_minus_mono": time.time_ns() - time.monotonic_ns()}))
+
+
+if __name__ == "__main__":
+    main()
