@@ -403,11 +403,13 @@ static PyTypeObject TracerType = {
 /* Trace this thread's greenlet switches, once greenlet is loaded. */
 static void trace_greenlets(Charges *tc)
 {
-	PyObject *greenlet = PyImport_GetModule(s_greenlet);
+	PyObject *modules = PyImport_GetModuleDict(); /* per span: a lookup, no import machinery */
+	PyObject *greenlet = PyDict_Check(modules) ? PyDict_GetItemWithError(modules, s_greenlet) : NULL;
 	if (greenlet == NULL) {
-		PyErr_Clear();
+		clear_error();
 		return;
 	}
+	Py_INCREF(greenlet);
 	Tracer *tracer = PyObject_New(Tracer, &TracerType);
 	if (tracer != NULL) {
 		tracer->vectorcall = (vectorcallfunc)Tracer_vectorcall;
@@ -432,7 +434,7 @@ static uint64_t span_id_of(PyObject *span_context)
 {
 	if (span_context == NULL || !PyTuple_Check(span_context) || PyTuple_GET_SIZE(span_context) < 3)
 		return 0;
-	uint64_t id = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(span_context, 1));
+	uint64_t id = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(span_context, 1)); /* LP64: quicker than ...LongLong */
 	if (PyErr_Occurred()) {
 		PyErr_Clear();
 		return 0;
@@ -447,7 +449,7 @@ static Start *parent_of(Charges *tc, PyObject *span)
 	uint64_t id = span_id_of(parent);
 	int remote = id && PyObject_IsTrue(PyTuple_GET_ITEM(parent, 2)) == 1;
 	Py_XDECREF(parent);
-	PyErr_Clear();
+	clear_error();
 	if (!id || remote)
 		return NULL;
 	int depth = 0;
@@ -483,7 +485,7 @@ void context_start(Hooks *hooks, Start *start, PyObject *span)
 		return;
 	Charges *tc = charges_here();
 	if (tc == NULL) {
-		PyErr_Clear();
+		clear_error();
 		return;
 	}
 	if (tc->tracer == NULL)
@@ -502,7 +504,7 @@ void context_start(Hooks *hooks, Start *start, PyObject *span)
 	start->span_id = span_id_of(ctx);
 	start->name = name;
 	Py_XDECREF(ctx);
-	PyErr_Clear();
+	clear_error();
 	start->parent = parent_of(tc, span);
 	start->home_tid = tc->tid;
 	start->switches = tc->switches;
@@ -524,10 +526,10 @@ void context_end(Start *start, PyObject *span)
 		Py_XSETREF(start->name, name);
 	else
 		Py_XDECREF(name);
-	PyErr_Clear();
+	clear_error();
 	Charges *tc = charges_here();
 	if (tc == NULL) {
-		PyErr_Clear();
+		clear_error();
 		Py_CLEAR(start->prev_running);
 		return;
 	}
