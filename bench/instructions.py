@@ -57,6 +57,34 @@ r, w = os.pipe()
 for _ in range(int(sys.argv[1])):
     os.write(w, b"x"); os.read(r, 1)
 """
+REQUESTS = r"""
+import asyncio, sys
+from opentelemetry import trace
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+from opentelemetry.sdk.trace import TracerProvider
+provider = TracerProvider()
+trace.set_tracer_provider(provider)
+import asyncload_app
+if sys.argv[2] == "1":
+    from otel_gil import GilInstrumentor
+    GilInstrumentor().instrument(tracer_provider=provider, backend="inprocess", long_wait_ms=10**6)
+FastAPIInstrumentor.instrument_app(asyncload_app.app, tracer_provider=provider)
+route = sys.argv[3]
+scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+         "path": route, "raw_path": route.encode(), "query_string": b"", "root_path": "", "headers": [(b"host", b"x")],
+         "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1)}
+
+async def receive():
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+async def send(message):
+    assert message.get("status", 200) == 200, message
+
+async def main():
+    for _ in range(int(sys.argv[1])):
+        await asyncload_app.app(scope, receive, send)
+asyncio.run(main())
+"""
 WARM = 500  # the shorter run's count
 BUDGET = ROOT / "bench" / "instructions.json"  # the figures --check holds a change to
 SLACK = 1.10  # --check: a change adding more than 10 % fails
@@ -79,10 +107,11 @@ def _perf_counts() -> bool:
     return done.returncode == 0 and "<not" not in done.stderr
 
 
-def instructions(prefix: list[str], code: str, n: int, on: bool, checkout: Path) -> int:
+def instructions(prefix: list[str], code: str, n: int, on: bool, checkout: Path, *extra: str) -> int:
     where = results.python_in(checkout)
-    done = subprocess.run([*prefix, sys.executable, "-c", code, str(n), "1" if on else "0"], capture_output=True,
-                          text=True, cwd=where["cwd"], env={**where["env"], "PYTHONHASHSEED": "0"}, check=True)
+    env = {**where["env"], "PYTHONHASHSEED": "0", "PYTHONPATH": f"{where['env']['PYTHONPATH']}:{ROOT / 'bench'}"}
+    done = subprocess.run([*prefix, sys.executable, "-c", code, str(n), "1" if on else "0", *extra], capture_output=True,
+                          text=True, cwd=where["cwd"], env=env, check=True)
     if prefix[0] == "perf":
         (line,) = [row for row in done.stderr.splitlines() if "instructions" in row]
         return int(line.split(",")[0])
@@ -90,11 +119,27 @@ def instructions(prefix: list[str], code: str, n: int, on: bool, checkout: Path)
     return int(line.split(":")[1].replace(",", ""))
 
 
+def per_unit(prefix: list[str], code: str, n: int, checkout: Path, warm: int = WARM, *extra: str) -> dict[bool, float]:
+    """Instructions per unit of ``code``'s loop, without otel-gil and with it."""
+    return {on: (instructions(prefix, code, warm + n, on, checkout, *extra) -
+                 instructions(prefix, code, warm, on, checkout, *extra)) / n for on in (False, True)}
+
+
 def added(prefix: list[str], code: str, n: int, checkout: Path) -> float:
     """Instructions otel-gil adds per unit of ``code``'s loop."""
-    per = {on: (instructions(prefix, code, WARM + n, on, checkout) - instructions(prefix, code, WARM, on, checkout)) / n
-           for on in (False, True)}
+    per = per_unit(prefix, code, n, checkout)
     return per[True] - per[False]
+
+
+def requests(prefix: list[str], n: int) -> list[str]:
+    """Rows of what a FastAPI request costs OpenTelemetry alone and what otel-gil adds, per route
+    (bench/asyncload_app.py, driven in process on asyncio's loop, no server or socket)."""
+    rows = []
+    for route in ("/hello", "/fanout"):
+        per = per_unit(prefix, REQUESTS, n, ROOT, 50, route)
+        rows.append(f"| {route} | {per[False]:.0f} | {per[True] - per[False]:+.0f} | {per[False] / per[True]:.1%} |")
+        print(rows[-1], flush=True)
+    return rows
 
 
 def measure(prefix: list[str], checkout: Path, spans: int, pairs: int, repeats: int) -> dict[str, list[float]]:
@@ -116,6 +161,7 @@ def main() -> int:
     parser.add_argument("--spans", type=int, default=1_000)
     parser.add_argument("--pairs", type=int, default=5_000)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--requests", type=int, default=0, help="also FastAPI requests per route (0: none)")
     parser.add_argument("--tool", choices=("auto", "perf", "valgrind"), default="auto")
     parser.add_argument("--check", action="store_true", help="fail if a figure is > 10 %% above bench/instructions.json")
     parser.add_argument("--record", action="store_true", help="write this checkout's figures to bench/instructions.json")
@@ -140,7 +186,8 @@ def main() -> int:
         rows.append(row)
         print(row, flush=True)
     counted = "`perf stat -e instructions:u`" if prefix[0] == "perf" else "valgrind's cachegrind (`--cache-sim=no`)"
-    command = (f"`.venv/bin/python bench/instructions.py{f' --baseline {args.baseline}' if args.baseline else ''} "
+    command = (f"`.venv/bin/python bench/instructions.py{f' --baseline {args.baseline}' if args.baseline else ''}"
+               f"{f' --requests {args.requests}' if args.requests else ''} "
                f"--spans {args.spans} --pairs {args.pairs} --repeats {args.repeats}` on {results.machine()}")
     section = "\n".join([
         f"{command}. User-space instructions otel-gil adds, counted by {counted}, medians of the repeats (their "
@@ -150,6 +197,12 @@ def main() -> int:
         "|---|---|---|---|",
         *rows,
     ])
+    if args.requests:
+        section += "\n".join([
+            "", "", f"FastAPI requests (bench/asyncload_app.py under its OpenTelemetry instrumentation, {args.requests} "
+            "requests per route driven in process on asyncio's loop; `--requests`): instructions per request",
+            "", "| route | OpenTelemetry alone | otel-gil adds | throughput bound vs OpenTelemetry alone |",
+            "|---|---|---|---|", *requests(prefix, args.requests)])
     results.write_section("instructions against a baseline" if there else "instructions", section)
     print(section)
     return 0
