@@ -2,8 +2,9 @@
  *
  * A span that starts and ends on one thread of a registered process, with no
  * long wait in its window, gets its gil.* attributes here: one read of the
- * thread's slot at start, one at end, eight values into the span's attribute
- * dict. Everything else (no ring yet, another thread ended the span, long waits
+ * thread's slot at start, one at end, and the few values a calm span carries
+ * (semconv.ALWAYS; the counters where not 0) into the span's attribute dict, in
+ * one pass. Everything else (no ring yet, another thread ended the span, long waits
  * to turn into events, a back-dated start, an SDK whose internals differ) is
  * handed to the Python hooks, which stay the reference: spans.py documents the
  * figures, and tests/unit/test_spans.py runs every case through both.
