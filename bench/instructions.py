@@ -2,7 +2,7 @@
 load does not move (time does), for targets and for a CI guard.
 
     .venv/bin/python bench/instructions.py [--baseline CHECKOUT] [--spans 1000] [--pairs 5000] [--repeats 1]
-    .venv/bin/python bench/instructions.py --check   # against bench/instructions.json: > 10 % more fails
+    .venv/bin/python bench/instructions.py --check   # valgrind, against bench/instructions.json: > 10 % more fails
     .venv/bin/python bench/instructions.py --record  # rewrite bench/instructions.json
 
 Each figure is the difference between two runs of one process, N and N + --spans spans (or
@@ -86,7 +86,7 @@ async def main():
 asyncio.run(main())
 """
 WARM = 500  # the shorter run's count
-BUDGET = ROOT / "bench" / "instructions.json"  # the figures --check holds a change to
+BUDGET = ROOT / "bench" / "instructions.json"  # the figures --check holds a change to (valgrind's, this Python)
 SLACK = 1.10  # --check: a change adding more than 10 % fails
 TARGETS = {"span (C hooks)": 3000, "hand-off (in-process)": 300}
 
@@ -166,7 +166,7 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="fail if a figure is > 10 %% above bench/instructions.json")
     parser.add_argument("--record", action="store_true", help="write this checkout's figures to bench/instructions.json")
     args = parser.parse_args()
-    prefix = counter(args.tool)
+    prefix = counter("valgrind" if args.check or args.record else args.tool)  # the guard's figures: valgrind's
     if args.check:
         over = check(prefix, args.spans, args.pairs)
         print("\n".join(over) or "within bench/instructions.json's figures")
