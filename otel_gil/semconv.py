@@ -4,8 +4,8 @@
   figures (README.md's table of them is this one: a unit test compares the two).
 - :data:`ATTRIBUTES`: span and event attribute keys and metric attribute keys -> meaning.
 - :data:`EVENTS`: the event (and child span) name -> meaning.
-- :data:`ALWAYS`, :data:`WHEN_NONZERO`, :data:`EVERY_ONLY`: which figures a span carries (README.md's
-  "Span attributes" says the same).
+- :data:`ALWAYS`, :data:`WHEN_NONZERO`, :data:`EVERY_ONLY`: which figures a span carries (the "On a span"
+  column of README.md's attribute table says the same: a unit test compares the two).
 - :data:`C_HOOK_KEYS`: the keys the C span hooks (``otel_gil/_fastspan.c``) set; they read them from here.
 
 No dependency: the collector reads the statuses it answers with through ``otel_gil.protocol``.
