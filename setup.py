@@ -8,7 +8,7 @@
 
 The dependencies depend on the build: OpenTelemetry's OTLP exporter, gRPC and HTTP; on
 free-threaded builds, for which no grpcio release has a wheel (pip would compile it for tens
-of minutes), its HTTP exporter only (README, "Free-threaded builds").
+of minutes), its HTTP exporter only (README, "Free-threaded builds"), and ``OTLP_HTTP_PTH``.
 
 Both include the headers beside them (otel_gil/*.h: gil_layout.h, the slot layout the
 collector's BPF program writes too, and the rest). Built from the sdist without a C
@@ -22,12 +22,36 @@ import os
 import sysconfig
 
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
 
 required = os.environ.get("OTEL_GIL_REQUIRE_EXTENSIONS") == "1"
 free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 # opentelemetry-instrument's default exporter (OTLP over gRPC; HTTP too), as the design promises
 otlp = "opentelemetry-exporter-otlp-proto-http>=1.30" if free_threaded else "opentelemetry-exporter-otlp>=1.30"
+# opentelemetry-instrument's OTLP is gRPC unless OTEL_EXPORTER_OTLP_PROTOCOL says otherwise (the
+# distro's default, the SDK's), and its distro and configurator run before any instrumentor: on a
+# free-threaded build, with no grpcio, nothing would be exported. A .pth file runs at interpreter
+# start, before opentelemetry-instrument's sitecustomize: there, and only where gRPC is missing
+# and no protocol was chosen, it makes HTTP the default.
+OTLP_HTTP_PTH = (
+    "import os; exec(\"if 'auto_instrumentation' in os.environ.get('PYTHONPATH', '') and "
+    "'OTEL_EXPORTER_OTLP_PROTOCOL' not in os.environ:\\n import importlib.util\\n "
+    "if importlib.util.find_spec('grpc') is None: os.environ['OTEL_EXPORTER_OTLP_PROTOCOL'] = 'http/protobuf'\")\n"
+)
+
+
+class BuildPy(build_py):
+    """Adds ``otel_gil_otlp_http.pth`` beside the package on a free-threaded build."""
+
+    def run(self):
+        super().run()
+        if free_threaded and not self.dry_run:
+            with open(os.path.join(self.build_lib, "otel_gil_otlp_http.pth"), "w") as pth:
+                pth.write(OTLP_HTTP_PTH)
+
+
 setup(
+    cmdclass={"build_py": BuildPy},
     install_requires=[
         "opentelemetry-api>=1.30",
         "opentelemetry-sdk>=1.30",
@@ -41,7 +65,7 @@ setup(
         for name, sources in (
             ("_inprocess", ["_inprocess", "got_patch"]),
             ("_fastspan", ["_fastspan", "context_switches", "module_switches", "got_patch", "thread_names",
-                           "wait_ratios", "figure_checks"]),
+                           "wait_ratios"]),
         )
         if not (free_threaded and name == "_fastspan")
     ]

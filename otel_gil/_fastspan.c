@@ -807,16 +807,11 @@ static PyMethodDef module_methods[] = {
 	 "track_contexts(hooks, var, key): the hooks' spans get their own code's figures, on whichever thread, task "
 	 "or greenlet it runs (var: OpenTelemetry's ContextVar, key: the current span's key in it)."},
 	{"untrack_contexts", contexts_untrack, METH_NOARGS, "untrack_contexts(): undo track_contexts."},
+	{"hook_loop_modules", contexts_hook_modules, METH_NOARGS,
+	 "hook_loop_modules(): while contexts are tracked, hook the loop modules of module_switches() loaded now."},
 	{"module_switches", module_switches_state, METH_NOARGS,
 	 "module_switches() -> {module: {hooked, entries, object, error}}: the extension modules whose GOT entries of "
 	 "PyContext_Enter/Exit are (or were) hooked while contexts are tracked (before 3.14)."},
-	{"span_figures", checks_span_figures, METH_VARARGS,
-	 "span_figures(start, end, own, duration): the hooks' figures of a span whose thread's counters were start "
-	 "and end (each (wait_ns, hold_ns, acquisitions, convoy_waits, long_waits)), own an Own or None, duration ns: "
-	 "(wait_ns, hold_ns, acquisitions, convoy_waits, others_hold_ns), or None where the Python hook decides."},
-	{"slot_counters", checks_slot_counters, METH_VARARGS,
-	 "slot_counters(address, now): the counters of the struct gil_slot at address, open intervals closed at now "
-	 "(monotonic ns), as the hooks read them."},
 	{"held_by", (PyCFunction)(void (*)(void))contexts_held_by, METH_FASTCALL,
 	 "held_by(tid, start_ns, end_ns): (name, span id) of the span whose code ran longest then on a thread "
 	 "whose contexts switch, () if none's; None for a thread that never switched."},

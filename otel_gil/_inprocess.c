@@ -290,9 +290,27 @@ static int hook_cond_timedwait(pthread_cond_t *cond, pthread_mutex_t *mutex, con
 
 /* ------------------------------------------------------------- fork */
 
+#ifdef Py_GIL_DISABLED
+/* The GIL's part for the calls from Python where there may be none: one at a time. A
+ * caller waiting here lets its thread state go, as a GIL waiter does (so install()'s
+ * release of a GIL turned on at run time cannot deadlock with it). */
+static PyMutex api_lock;
+#define API_LOCK() PyMutex_Lock(&api_lock)
+#define API_UNLOCK() PyMutex_Unlock(&api_lock)
+#define API_RESET() memset(&api_lock, 0, sizeof(api_lock))
+#else
+#define API_LOCK() ((void)0)
+#define API_UNLOCK() ((void)0)
+#define API_RESET() ((void)0)
+#endif
+
 static void after_fork_child(void)
 {
 	forks++;
+	/* A fork in learn_conds' window (it lets its thread state go, holding api_lock): the
+	 * child has no thread to release it. */
+	API_RESET();
+	learner = 0;
 	if (ring == NULL)
 		return;
 	/* The child runs one thread, with the parent's hooks and conds (same
@@ -312,18 +330,6 @@ static void after_fork_child(void)
 /* ------------------------------------------------------------ Python */
 
 static PyObject *Unsupported;
-
-#ifdef Py_GIL_DISABLED
-/* The GIL's part for the calls from Python where there may be none: one at a time. A
- * caller waiting here lets its thread state go, as a GIL waiter does (so install()'s
- * release of a GIL turned on at run time cannot deadlock with it). */
-static PyMutex api_lock;
-#define API_LOCK() PyMutex_Lock(&api_lock)
-#define API_UNLOCK() PyMutex_Unlock(&api_lock)
-#else
-#define API_LOCK() ((void)0)
-#define API_UNLOCK() ((void)0)
-#endif
 
 /* fn(module, arg) under api_lock. */
 static PyObject *locked(PyObject *(*fn)(PyObject *, PyObject *), PyObject *module, PyObject *arg)

@@ -731,6 +731,15 @@ PyObject *contexts_track(PyObject *module, PyObject *const *args, Py_ssize_t nar
 }
 
 /* _fastspan.untrack_contexts(): no more charge points (threads' greenlet tracers stay, idle). */
+/* _fastspan.hook_loop_modules(): hook the loop modules loaded now, while contexts are tracked
+ * (called as one is imported: its GOT is patched then, not at the first span on its loop). */
+PyObject *contexts_hook_modules(PyObject *module, PyObject *unused)
+{
+	if (tracking != NULL)
+		module_switches_hook();
+	Py_RETURN_NONE;
+}
+
 PyObject *contexts_untrack(PyObject *module, PyObject *unused)
 {
 	if (tracking != NULL)

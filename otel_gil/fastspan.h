@@ -1,7 +1,7 @@
 /* What otel_gil._fastspan's C files share: the span hooks (_fastspan.c, their figures in
  * span_figures.h), the switch hooks that charge each context its own GIL time
  * (context_switches.c), the thread's name (thread_names.c), the wait ratio histogram
- * (wait_ratios.c) and the figures callable from Python for tests (figure_checks.c).
+ * (wait_ratios.c).
  *
  * The slot layout is gil_layout.h (beside this file), the one the writers fill.
  */
@@ -225,10 +225,6 @@ HIDDEN int count_ratio(RatioCounter *self, PyObject *route, double ratio);
 /* thread_names.c: the calling thread's name and (*ident_out) ident, new references; NULL on an error. */
 HIDDEN PyObject *thread_name(PyObject *threading, PyObject **ident_out);
 
-/* figure_checks.c: the C figures, callable from Python */
-HIDDEN PyObject *checks_span_figures(PyObject *module, PyObject *args);
-HIDDEN PyObject *checks_slot_counters(PyObject *module, PyObject *args);
-
 /* context_switches.c */
 HIDDEN int contexts_init(PyObject *module);
 HIDDEN int tracking_contexts(Hooks *hooks);
@@ -237,6 +233,7 @@ HIDDEN void context_start(Hooks *hooks, Start *start, PyObject *span);
 HIDDEN void context_end(Start *start, PyObject *span);
 HIDDEN PyObject *contexts_track(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 HIDDEN PyObject *contexts_untrack(PyObject *module, PyObject *unused);
+HIDDEN PyObject *contexts_hook_modules(PyObject *module, PyObject *unused);
 HIDDEN PyObject *contexts_held_by(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 /* A context entered or left where no hook of context_switches.c sees it: a charge point
  * (with the GIL; any exception the caller has set is kept). */

@@ -3,9 +3,11 @@ or turned on for good, mid-run, by importing an extension that does not declare 
 
 While it is off there is no GIL to measure: :class:`UntilGilOn` stands in for the backend
 (spans say ``gil.status=gil_disabled``) and watches extension imports, where CPython decides
-(``ExtensionFileLoader.create_module``). The import that turns the GIL on for good is logged by
-name, and the real backend starts then, inside that import: spans that start after it carry
-exact figures; a span in flight across it says ``gil.status=gil_turned_on`` and carries a
+(``ExtensionFileLoader.create_module``), and every span start (``state``: one call), for a GIL
+turned on otherwise (``_imp.create_dynamic``, a loader of its own). The import only records
+the switch (the module, the time); a thread of ours logs it and starts the real backend, off the
+app's path (spans that start meanwhile say ``pending``): spans that start after it carry exact
+figures; a span in flight across the switch says ``gil.status=gil_turned_on`` and carries a
 ``gil.enabled`` event naming the module, at the time it did.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import sys
 import sysconfig
 import threading
@@ -22,7 +25,7 @@ from typing import Callable, NamedTuple, Optional
 
 from otel_gil import pystructs, wrappers
 from otel_gil.client import State, gil_enabled
-from otel_gil.semconv import GIL_DISABLED, GIL_ENABLED, GIL_ENABLED_BY
+from otel_gil.semconv import GIL_DISABLED, GIL_ENABLED, GIL_ENABLED_BY, PENDING
 
 log = logging.getLogger("otel_gil")
 
@@ -48,49 +51,56 @@ def gil_on_for_good() -> bool:
 
 def _enabled_count() -> Optional[int]:
     """``struct _gil_runtime_state.enabled`` of the main interpreter, None where it cannot be found."""
-    positions = pystructs.GIL_ENABLED_DEBUG.get(sys.version_info[:2])
-    try:
-        runtime = ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, "_PyRuntime"))
-    except ValueError:  # not exported
-        return None
+    global _enabled_at
+    if _enabled_at is None:
+        runtime = pystructs.own_runtime()
+        found = runtime and pystructs.gil_enabled_address(sys.version_info[:2], runtime, pystructs.read_own)
+        _enabled_at = found or 0
+    return ctypes.c_int.from_address(_enabled_at).value if _enabled_at else None
 
-    def u64(address: int) -> int:
-        return ctypes.c_uint64.from_address(address).value
 
-    if positions is None or ctypes.string_at(runtime, len(pystructs.DEBUG_COOKIE)) != pystructs.DEBUG_COOKIE or \
-            not u64(runtime + pystructs.DEBUG_FREE_THREADED):
-        return None
-    interpreters_head, ceval_gil, enabled = (u64(runtime + position) for position in positions)
-    gil = u64(u64(runtime + interpreters_head) + ceval_gil)
-    return ctypes.c_int.from_address(gil + enabled).value
+_enabled_at: Optional[int] = None  # where _enabled_count reads (0: nowhere), found once
 
 
 class TurnedOn(NamedTuple):
-    """The import that turned the GIL on: the module's name, its file, when (wall clock ns)."""
+    """What turned the GIL on: the import's module and file ("" where it was not an import we
+    watch), when (wall clock ns)."""
 
     module: str
     path: str
     wall_ns: int
 
 
+def enabled_by(turned_on: TurnedOn) -> dict:
+    """The ``gil.enabled`` event's and gauge's attributes: the module, where one is known."""
+    return {GIL_ENABLED_BY: turned_on.module} if turned_on.module else {}
+
+
 def event(turned_on: TurnedOn) -> tuple[str, dict, int, int]:
     """The ``gil.enabled`` event of a span in flight when ``turned_on`` happened (as ``spans.figures`` lists events)."""
-    return GIL_ENABLED, {GIL_ENABLED_BY: turned_on.module}, turned_on.wall_ns, turned_on.wall_ns
+    return GIL_ENABLED, enabled_by(turned_on), turned_on.wall_ns, turned_on.wall_ns
 
 
 class UntilGilOn:
     """The backend of a free-threaded process running without its GIL: ``gil_disabled`` until
-    an import turns the GIL on, then the backend ``start()`` returns, which it stands for.
+    the GIL is turned on, then (``pending`` meanwhile) the backend ``start()`` returns, which it
+    stands for, started by a thread of ours.
 
-    ``turned_on``: that import, once it happened."""
+    ``turned_on``: what turned it on, once it happened."""
 
     def __init__(self, kind: str, start: Callable[[], object]) -> None:
         self._kind = kind
         self._start = start
         self._state = State(None, GIL_DISABLED, "this interpreter runs without a GIL (free-threaded build)", 0)
         self._real = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # start and stop: one at a time
+        self._stopped = False
+        self._turning = threading.Lock()  # turned_on: set once
         self.turned_on: Optional[TurnedOn] = None
+        self._go, self._started = threading.Event(), threading.Event()
+        self._starter = self._spawn()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._after_fork)
         global _watching
         _watching = self
         wrappers.wrap(ExtensionFileLoader, "create_module", _create_module)
@@ -102,37 +112,89 @@ class UntilGilOn:
 
     @property
     def state(self) -> State:
+        """Read at every span start: while the GIL is off, one call says so."""
         real = self._real
-        return self._state if real is None else real.state
+        if real is not None:
+            return real.state
+        if self.turned_on is None and _is_gil_enabled() and gil_on_for_good():
+            self._turn_on("", "")  # not by an import we watch
+        return self._state
 
     def check_fork(self) -> None:
         real = self._real
         if real is not None:
             real.check_fork()
 
+    def wait(self, timeout: float) -> bool:
+        """Until the backend started at the GIL's turning on says whether figures flow (False:
+        not within ``timeout`` s, or the GIL is still off)."""
+        deadline = time.monotonic() + timeout
+        if not self._started.wait(timeout):
+            return False
+        real = self._real
+        return real is not None and real.wait(max(deadline - time.monotonic(), 0))
+
     def stop(self) -> None:
         global _watching
         if _watching is self:
             _watching = None
             wrappers.unwrap(ExtensionFileLoader, "create_module", _create_module)
-        real = self._real
+        with self._lock:  # after a start in progress, which then started something to stop
+            self._stopped = True
+            real = self._real
+        self._go.set()  # the starter ends
         if real is not None:
             real.stop()
 
     def _turn_on(self, module: str, path: str) -> None:
-        """``module``'s import turned the GIL on for good: say so once, and start measuring."""
-        with self._lock:
+        """The GIL is on for good (``module``'s import turned it on, where one is named): record it
+        (spans in flight see it) and wake the starter. Runs on the app's path: nothing more."""
+        with self._turning:
             if self.turned_on is not None:
                 return
-            self.turned_on = TurnedOn(module, path, time.time_ns())  # before the backend: spans in flight see it
-        when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(self.turned_on.wall_ns / 1e9))
-        log.warning("otel-gil: importing %s (%s) turned the GIL of this free-threaded build on, at %s.%03dZ: it "
-                    "does not declare Py_mod_gil; GIL figures from now on", module, path, when,
-                    self.turned_on.wall_ns // 1_000_000 % 1000)
-        self._real = self._start()
+            self.turned_on = TurnedOn(module, path, time.time_ns())
+            self._state = State(None, PENDING, "starting to measure the GIL, which was turned on", 1)
+        self._go.set()
+
+    def _spawn(self) -> threading.Thread:
+        starter = threading.Thread(target=self._run, name="otel-gil-gil-on", daemon=True)
+        starter.start()
+        return starter
+
+    def _run(self) -> None:
+        """The starter: waits for the GIL to be turned on (or stop()), says so, starts measuring."""
+        self._go.wait()
+        try:
+            with self._lock:
+                turned_on = self.turned_on
+                if self._stopped or turned_on is None or self._real is not None:
+                    return
+                when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(turned_on.wall_ns / 1e9))
+                what = f"importing {turned_on.module} ({turned_on.path})" if turned_on.module else \
+                    "something other than an extension import otel-gil watches (_imp.create_dynamic, a loader of its own)"
+                log.warning("otel-gil: %s turned the GIL of this free-threaded build on, at %s.%03dZ%s; GIL figures "
+                            "from now on", what, when, turned_on.wall_ns // 1_000_000 % 1000,
+                            ": it does not declare Py_mod_gil" if turned_on.module else " (seen then)")
+                self._real = self._start()
+        except Exception:  # never break the app: spans stay pending
+            log.exception("otel-gil: starting to measure the GIL that was turned on failed")
+        finally:
+            self._started.set()
+
+    def _after_fork(self) -> None:
+        """A forked child has none of the parent's threads: a starter (and locks) of its own."""
+        self._lock, self._turning = threading.Lock(), threading.Lock()
+        self._go, self._started = threading.Event(), threading.Event()
+        if self._real is not None:
+            self._started.set()
+        elif not self._stopped:
+            if self.turned_on is not None:
+                self._go.set()
+            self._starter = self._spawn()
 
 
 _watching: Optional[UntilGilOn] = None
+_is_gil_enabled: Callable[[], bool] = getattr(sys, "_is_gil_enabled", lambda: True)  # one call per span start
 
 
 def _create_module(wrapped, instance, args, kwargs):
@@ -148,4 +210,4 @@ def _create_module(wrapped, instance, args, kwargs):
                 spec = args[0] if args else kwargs["spec"]
                 watching._turn_on(spec.name, spec.origin or "")
         except Exception:  # never break the app's import
-            log.exception("otel-gil: starting to measure the GIL an import turned on failed")
+            log.exception("otel-gil: recording that an import turned the GIL on failed")

@@ -9,7 +9,6 @@ backend: ``state``.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import sys
@@ -108,9 +107,9 @@ def _layout_problem(layout: ringlib.PyLayout) -> Optional[str]:
         return f"no struct offsets for {build} (otel_gil/pystructs.py)"
     if hasattr(sys, "gettotalrefcount"):
         return "a debug build (its objects are laid out otherwise)"
-    if structs.debug:
-        runtime = ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, "_PyRuntime"))
-        disagreement = pystructs.debug_offsets_disagree(structs, lambda at, size: ctypes.string_at(runtime + at, size))
+    runtime = pystructs.own_runtime()
+    if structs.debug and runtime is not None:
+        disagreement = pystructs.debug_offsets_disagree(structs, lambda at, size: pystructs.read_own(runtime + at, size))
         if disagreement:
             return disagreement
     record, frame, line = _inprocess.locate_self(bytes(layout)), sys._getframe(), sys._getframe().f_lineno

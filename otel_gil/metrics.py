@@ -34,7 +34,7 @@ from otel_gil import free_threading
 from otel_gil import ring as ringlib
 from otel_gil import threads
 from otel_gil.backend import Backend
-from otel_gil.semconv import GIL_ENABLED, GIL_ENABLED_BY, HTTP_ROUTE, LE, REASON, REGISTERED, THREAD_NAME
+from otel_gil.semconv import GIL_ENABLED, HTTP_ROUTE, LE, REASON, REGISTERED, THREAD_NAME
 
 _FIELDS = ("wait_ns", "hold_ns", "acquisitions", "convoy_waits")
 _EXITED = ("exited_wait_ns", "exited_hold_ns", "exited_acquisitions", "exited_convoy_waits")
@@ -363,7 +363,7 @@ class GilMetrics:
         if not isinstance(registration, free_threading.UntilGilOn):
             return [Observation(1)]  # on from the start
         turned_on = registration.turned_on
-        return [] if turned_on is None else [Observation(1, {GIL_ENABLED_BY: turned_on.module})]
+        return [] if turned_on is None else [Observation(1, free_threading.enabled_by(turned_on))]
 
     def count_dropped(self, reason: str) -> None:
         """A span's figures left out (its ``gil.status``): they broke an invariant."""

@@ -3,8 +3,9 @@
  * step between PyContext_Enter and PyContext_Exit, called through its own GOT, where no
  * Context.run hook sees them. Those two GOT entries of each module in `modules` are
  * swapped for wrappers (got_patch.c) that make the same charge point as the Context.run
- * hook (context_switched), when the module is loaded: at track_contexts, or later, when a
- * span first sees its loop running (check_loop); restored at untrack_contexts. A forked
+ * hook (context_switched), when the module is loaded: at track_contexts, as its import
+ * ends (hook_loop_modules, from spans.py's post-import hook), else when a span first sees
+ * its loop running (check_loop); restored at untrack_contexts. A forked
  * child inherits the patched entries with the rest of its memory, and restores its own.
  *
  * A module whose GOT has no such entries (a static build links it into the interpreter)

@@ -14,6 +14,7 @@ own: their object header is longer (:data:`FREE_THREADED`).
 
 from __future__ import annotations
 
+import ctypes
 import struct
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -59,6 +60,13 @@ class Structs:
     # 3.13+: where _Py_DebugOffsets (at the start of _PyRuntime) keeps each field above that it has.
     debug: dict[str, int] = field(default_factory=dict, hash=False)
     ob_type: int = 8  # PyObject.ob_type
+    managed_dict: int = -24  # 3.11+: an instance's managed __dict__ pointer, from the object (MANAGED_DICT_OFFSET)
+
+    @property
+    def interpreters_main(self) -> int:
+        """_PyRuntimeState.interpreters.main (the main interpreter; head is the newest): the
+        pointer after head in every version (struct pyinterpreters: mutex, head, main)."""
+        return self.interpreters_head + 8
 
 
 _OBJECT, _INTERP = ring.FRAME_OBJECT, ring.FRAME_INTERP
@@ -90,20 +98,51 @@ STRUCTS: dict[tuple[int, int], Structs] = {
 }
 
 # Free-threaded builds (Py_GIL_DISABLED): a PyObject of 32 bytes (ob_tid, ob_mutex, ob_gc_bits,
-# ob_ref_local, ob_ref_shared before ob_type) moves every object's fields by 16; the frames'
-# and _Py_DebugOffsets' own layouts are the default build's.
+# ob_ref_local, ob_ref_shared before ob_type) moves every object's fields by 16, and no GC
+# header precedes an object (its managed __dict__ is just before it); the frames' and
+# _Py_DebugOffsets' own layouts are the default build's.
 FREE_THREADED: dict[tuple[int, int], Structs] = {
     (3, 13): Structs(_INTERP, _LOCATIONS, 0, 0, 3, -24, 72, -1, 8, 0, 56, 70, 144, 128, 84, 152, 216, 200, 32, 48, 32, 48, 56, 72, 632, 7664, 896,
-                     STRUCTS[(3, 13)].debug, ob_type=24),
+                     STRUCTS[(3, 13)].debug, ob_type=24, managed_dict=-8),
 }
 
 DEBUG_COOKIE = b"xdebugpy"  # _Py_DebugOffsets starts with it (3.13+)
 DEBUG_FREE_THREADED = 16  # _Py_DebugOffsets.free_threaded: 1 on a free-threaded build
 # Where _Py_DebugOffsets keeps what says whether a free-threaded build's GIL is on:
-# (runtime_state.interpreters_head, interpreter_state.ceval_gil, gil_runtime_state_enabled),
-# offsets into _PyRuntime, PyInterpreterState and struct _gil_runtime_state.
-GIL_ENABLED_DEBUG: dict[tuple[int, int], tuple[int, int, int]] = {(3, 13): (40, 112, 128)}
+# (interpreter_state.ceval_gil, gil_runtime_state_enabled), offsets into PyInterpreterState
+# and struct _gil_runtime_state.
+GIL_ENABLED_DEBUG: dict[tuple[int, int], tuple[int, int]] = {(3, 13): (112, 128)}
 _U64 = struct.Struct("<Q")
+Read = Callable[[int, int], bytes]  # read(address, size): a process's memory
+
+
+def own_runtime() -> Optional[int]:
+    """This process's ``_PyRuntime`` address, None where the interpreter does not export it."""
+    try:
+        return ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, "_PyRuntime"))
+    except ValueError:
+        return None
+
+
+def read_own(address: int, size: int) -> bytes:
+    """``Read`` of this process (the caller knows the address is mapped)."""
+    return ctypes.string_at(address, size)
+
+
+def gil_enabled_address(version: tuple[int, int], runtime: int, read: Read) -> Optional[int]:
+    """Where a free-threaded build keeps its main interpreter's ``struct _gil_runtime_state.enabled``
+    (an int: INT_MAX once the GIL is on for good), given its ``_PyRuntime``; None where this table
+    and the build's own _Py_DebugOffsets do not say (a default build, an unknown version)."""
+    structs, positions = for_version(version, True), GIL_ENABLED_DEBUG.get(tuple(version[:2]))
+
+    def u64(address: int) -> int:
+        return _U64.unpack(read(address, 8))[0]
+
+    if structs is None or positions is None or debug_offsets_disagree(structs, lambda at, size: read(runtime + at, size)) \
+            or not u64(runtime + DEBUG_FREE_THREADED):
+        return None
+    ceval_gil, enabled = (u64(runtime + position) for position in positions)
+    return u64(u64(runtime + structs.interpreters_main) + ceval_gil) + enabled
 
 
 def for_version(version: tuple[int, int], free_threaded: bool = False) -> Optional[Structs]:

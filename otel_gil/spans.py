@@ -443,6 +443,21 @@ def _track_contexts(hooks) -> None:
     except Exception as exc:
         log.warning("otel-gil: context switches cannot be followed (%s): figures on event loops and greenlets "
                     "say gil.status=shared_thread", exc)
+        return
+    _watch_loop_imports()
+
+
+def _watch_loop_imports() -> None:
+    """A loop module (uvloop) imported after ``instrument()`` has its GOT hooked as its import
+    ends (app start, loop creation), not by the first span on its loop: a request's path."""
+    global _watching_loops
+    if not _watching_loops:
+        _watching_loops = True
+        for name in _fastspan.module_switches():  # (none from 3.14: the context watcher sees all)
+            wrapt.register_post_import_hook(lambda module: _fastspan.hook_loop_modules(), name)
+
+
+_watching_loops = False  # wrapt's post-import hooks stay for the process's life (no-ops while untracked)
 
 
 def end_wrapper(wrapped, instance: Span, args, kwargs):

@@ -135,6 +135,7 @@ class Extension:
 def setup(**kwargs):
     print(" ".join(e.name for e in kwargs.get("ext_modules", [])))
 sys.modules["setuptools"] = types.SimpleNamespace(Extension=Extension, setup=setup)
+sys.modules["setuptools.command.build_py"] = types.SimpleNamespace(build_py=object)
 exec(open("setup.py").read())
 """
 

@@ -65,13 +65,6 @@ def build_of(path: str) -> Optional[tuple[tuple[int, int], bool]]:
     return ((3, int(match.group(1))), bool(match.group(2))) if match else None
 
 
-def version_of(path: str) -> Optional[tuple[int, int]]:
-    """(3, minor) of a build with a GIL, from its file name; None if the name does not say,
-    or says free-threaded (objects laid out otherwise)."""
-    build = build_of(path)
-    return build[0] if build and not build[1] else None
-
-
 def load_base(maps: Sequence, mapped_path: str, info: elf.ElfInfo) -> int:
     """Where the interpreter's file is loaded (the address of its virtual address 0), from the
     process's mappings (``probes.mapped_files``)."""

@@ -3,7 +3,7 @@
 CPython before 3.14 leaves every OS thread named after the executable (and /proc
 cuts names at 15 characters), so ``report``, ``top`` and ``--timeline`` read the
 names where ``threading`` keeps them: ``_PyRuntime`` (an exported symbol) → the
-first interpreter → ``sys.modules`` → the ``threading`` module's dict →
+main interpreter → ``sys.modules`` → the ``threading`` module's dict →
 ``_active`` ({ident: Thread}) → each Thread's ``_name`` and ``_native_id`` (the
 thread's id in the process's own pid namespace, as the slots have it).
 
@@ -24,14 +24,16 @@ import struct
 
 from otel_gil import pystructs
 from otel_gil_collector import elf, probes
-from otel_gil_collector.pyprocess import Memory, Unreadable, load_base, version_of
+from otel_gil_collector.pyprocess import Memory, Unreadable, build_of, load_base
 
 
-# Stable since 3.0: PyObject, PyTypeObject, PyModuleObject, PyDictObject fields.
-_OB_TYPE, _OB_SIZE = 8, 16
-_TP_BASICSIZE, _TP_FLAGS, _TP_DICTOFFSET = 32, 168, 288
-_MD_DICT = 16
-_MA_KEYS, _MA_VALUES = 32, 40
+# Stable since 3.0: PyTypeObject, PyModuleObject, PyDictObject, PyLongObject fields, from the
+# end of the object's header (PyObject: 16 bytes, 32 on a free-threaded build, which the
+# layout's ob_type says, as the ring's does): ob_size, then the type's own fields.
+_TP_BASICSIZE, _TP_FLAGS, _TP_DICTOFFSET = 16, 152, 272
+_MD_DICT = 0
+_MA_KEYS = 16
+_LONG_DIGITS = 8
 _MANAGED_DICT, _INLINE_VALUES = 1 << 4, 1 << 2  # tp_flags, 3.11+ / 3.13+
 _UNICODE_STATE = 32
 _MAX_ENTRIES = 1 << 16  # dicts larger than this are not sys.modules or threading's
@@ -41,9 +43,10 @@ class _Reader:
 
     def __init__(self, mem: Memory, version: tuple[int, int], layout: pystructs.Structs, types: dict[str, int]) -> None:
         self.mem, self.version, self.layout, self.types = mem, version, layout, types
+        self.head = layout.ob_type + 8  # where PyObject ends: ob_size, or the object's own fields
 
     def type_of(self, obj: int) -> int:
-        return self.mem.word(obj + _OB_TYPE)
+        return self.mem.word(obj + self.layout.ob_type)
 
     def expect(self, obj: int, type_name: str) -> None:
         if self.type_of(obj) != self.types[type_name]:
@@ -51,7 +54,8 @@ class _Reader:
 
     def str(self, obj: int) -> str:
         self.expect(obj, "PyUnicode_Type")
-        length, _, state = struct.unpack("<qqI", self.mem.read(obj + 16, 20))
+        (length,), (state,) = struct.unpack("<q", self.mem.read(obj + self.layout.str_length, 8)), \
+            struct.unpack("<I", self.mem.read(obj + self.layout.str_state, 4))
         kind, compact, ascii_ = (state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1
         if not compact or kind not in (1, 2, 4) or not 0 <= length <= _MAX_NAME:
             raise Unreadable(f"str at {obj:#x} is not a compact string")
@@ -61,7 +65,7 @@ class _Reader:
 
     def int(self, obj: int) -> int:
         self.expect(obj, "PyLong_Type")
-        size = self.mem.word(obj + _OB_SIZE)
+        size = self.mem.word(obj + self.head)
         if self.version >= (3, 12):  # lv_tag: digit count << 3 | sign (0 +, 1 zero, 2 -)
             count, sign = size >> 3, 1 - (size & 3)
         else:
@@ -69,7 +73,7 @@ class _Reader:
             count, sign = abs(size), (size > 0) - (size < 0)
         if count > 4:
             raise Unreadable(f"int at {obj:#x} is too large for a thread id")
-        digits = struct.unpack(f"<{count}I", self.mem.read(obj + 24, 4 * count)) if count else ()
+        digits = struct.unpack(f"<{count}I", self.mem.read(obj + self.head + _LONG_DIGITS, 4 * count)) if count else ()
         return sign * sum(d << (30 * i) for i, d in enumerate(digits))
 
     def _keys(self, keys: int) -> list[tuple[int, int]]:
@@ -108,7 +112,7 @@ class _Reader:
 
     def _dict_entries(self, obj: int) -> list[tuple[int, int]]:
         self.expect(obj, "PyDict_Type")
-        return self._entries(*self.mem.words(obj + _MA_KEYS, 2))
+        return self._entries(*self.mem.words(obj + self.head + _MA_KEYS, 2))
 
     def dict_items(self, obj: int) -> dict[str, int]:
         """{str key: value address} of a dict (other keys skipped)."""
@@ -120,26 +124,26 @@ class _Reader:
     def attributes(self, obj: int) -> dict[str, int]:
         """An instance's attributes: its __dict__, or its inline/split values (3.11+)."""
         tp = self.type_of(obj)
-        flags, dictoffset = self.mem.word(tp + _TP_FLAGS), self.mem.word(tp + _TP_DICTOFFSET)
+        flags, dictoffset = self.mem.word(tp + self.head + _TP_FLAGS), self.mem.word(tp + self.head + _TP_DICTOFFSET)
         if self.version < (3, 11) or not flags & _MANAGED_DICT:
             if not 0 < dictoffset < 1 << 16:
                 raise Unreadable(f"object at {obj:#x} has no __dict__")
             return self.dict_items(self.mem.word(obj + dictoffset))
         cached_keys = self.mem.word(tp + self.layout.cached_keys)
         if self.version >= (3, 13):
-            managed = self.mem.word(obj - 24)
+            managed = self.mem.word(obj + self.layout.managed_dict)
             if managed:
                 return self.dict_items(managed)
             if flags & _INLINE_VALUES:
-                values = obj + self.mem.word(tp + _TP_BASICSIZE)
+                values = obj + self.mem.word(tp + self.head + _TP_BASICSIZE)
                 if self.mem.read(values + 3, 1) != b"\x01":  # PyDictValues.valid
                     raise Unreadable(f"object at {obj:#x} has invalidated inline values")
                 return self._by_name(self._entries(cached_keys, values))
             raise Unreadable(f"object at {obj:#x} has no __dict__ yet")
         if self.version >= (3, 12):
-            tagged = self.mem.word(obj - 24)  # _PyDictOrValues: the values' address - 1, or a dict
+            tagged = self.mem.word(obj + self.layout.managed_dict)  # _PyDictOrValues: the values' address - 1, or a dict
             return self._by_name(self._entries(cached_keys, tagged + 1)) if tagged & 1 else self.dict_items(tagged)
-        values, managed = self.mem.words(obj - 32, 2)
+        values, managed = self.mem.words(obj + self.layout.managed_dict - 8, 2)
         return self._by_name(self._entries(cached_keys, values)) if values else self.dict_items(managed)
 
 
@@ -153,11 +157,13 @@ def read(pid: int, mapped_path: str, host_path: str) -> dict[int, str]:
         info = elf.load(host_path)
     except elf.ElfLookupError as exc:
         raise Unreadable(str(exc)) from None
-    version = version_of(mapped_path)
-    layout = pystructs.for_version(version) if version else None
+    build = build_of(mapped_path)
+    layout = pystructs.for_version(*build) if build else None
     if layout is None:
         raise Unreadable(f"no struct layout for {os.path.basename(mapped_path)} (versions: "
-                         f"{', '.join(f'{a}.{b}' for a, b in pystructs.STRUCTS)})")
+                         f"{', '.join(f'{a}.{b}' for a, b in pystructs.STRUCTS)}, free-threaded "
+                         f"{', '.join(f'{a}.{b}t' for a, b in pystructs.FREE_THREADED)})")
+    version = build[0]
     needed = ("_PyRuntime", "PyDict_Type", "PyUnicode_Type", "PyLong_Type", "PyModule_Type")
     missing = [name for name in needed if name not in info.data]
     if missing:
@@ -173,13 +179,13 @@ def read(pid: int, mapped_path: str, host_path: str) -> dict[int, str]:
         disagreement = pystructs.debug_offsets_disagree(layout, lambda at, size: mem.read(runtime + at, size))
         if disagreement:
             raise Unreadable(disagreement)
-        interp = mem.word(runtime + layout.interpreters_head)
+        interp = mem.word(runtime + layout.interpreters_main)
         modules = reader.dict_items(mem.word(interp + layout.modules))
         threading = modules.get("threading")
         if threading is None:
             return {}  # never imported threading: one thread, no name of its own
         reader.expect(threading, "PyModule_Type")
-        active = reader.dict_items(mem.word(threading + _MD_DICT)).get("_active")
+        active = reader.dict_items(mem.word(threading + reader.head + _MD_DICT)).get("_active")
         if active is None:
             raise Unreadable("threading has no _active dict")
         names = {}

@@ -5,7 +5,11 @@ say so and name the module, and spans after it carry exact figures."""
 
 from __future__ import annotations
 
+import json
+import socket
+import statistics
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,6 +17,7 @@ import pytest
 from helpers import (ROOT, Runner, check_hog_ground_truth, check_releases_counted, free_threaded_interpreters, run_scenario,
                      span, within)
 
+IMPORT_COST = ROOT / "tests" / "workloads" / "import_cost.py"
 LEGACY = "legacy_ext"  # declares nothing about the GIL: importing it turns a free-threaded build's GIL on
 SLOW = ("slow_ext_300", "slow_ext_600")  # declare they need no GIL; their inits sleep 300 and 600 ms
 _EXTENSION_C = """#include <Python.h>
@@ -77,7 +82,7 @@ def test_an_import_in_a_request_turns_the_gil_on(collector, backend, free_thread
     report = run_scenario("turned_on", collector.address, "--legacy", LEGACY, "--bursts", "5", "--burst-ms", "100",
                           runner=runner, backend=backend)
     truth = report["truth"]
-    assert (truth["gil_at_start"], truth["gil_after_import"]) == (False, True), report["stderr"]
+    assert (truth["gil_at_start"], truth["gil_after_import"], truth["measuring"]) == (False, True, True), report["stderr"]
     assert report["backend"] == backend
     assert span(report, "before")["attributes"]["gil.status"] == "gil_disabled"
     # In flight across the import, on its thread and on another: a status and the module, no figure.
@@ -111,3 +116,74 @@ def test_another_imports_gil_is_not_taken_for_good(free_threaded, legacy_dir):
     assert "otel-gil: importing" not in report["stderr"], report["stderr"]
     for name in SLOW:
         assert span(report, f"import {name}")["attributes"]["gil.status"] == "gil_disabled"
+
+
+def test_the_import_that_turns_the_gil_on_pays_at_most_a_millisecond_more(free_threaded, legacy_dir, tmp_path):
+    """The import records the switch; registration (here with a collector that accepts and never
+    answers, 2 s of timeout, then in-process) and the GOT hooks are for otel-gil's own thread. Each run its own
+    process (the GIL turns on once), instrumented and bare in turns, the medians compared."""
+    path = str(tmp_path / "silent.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # as the collector listens
+    listener.bind(path)
+    listener.listen(16)
+    accepted = []
+
+    def accept() -> None:
+        try:
+            while True:
+                accepted.append(listener.accept()[0])
+        except OSError:  # closed
+            pass
+
+    threading.Thread(target=accept, daemon=True).start()
+    env = {**free_threaded.env, "PYTHONPATH": f"{ROOT}:{legacy_dir}"}
+    took: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(7):
+        for bare in (True, False):
+            done = subprocess.run([free_threaded.python, str(IMPORT_COST), LEGACY, path, *(["--bare"] if bare else [])],
+                                  capture_output=True, text=True, env=env, timeout=60)
+            assert done.returncode == 0, done.stderr
+            run = json.loads(done.stdout)
+            assert run["gil_after"] and (bare or run["measuring"] in ("collector", "inprocess")), run
+            took[bare].append(run["import_ns"] / 1e6)
+    listener.close()
+    assert accepted, "otel-gil never connected to the silent collector"
+    for conn in accepted:
+        conn.close()
+    bare, ours = statistics.median(took[True]), statistics.median(took[False])
+    assert ours <= bare + 1.0, (took, ours, bare)
+
+
+_CREATE_DYNAMIC = """if True:
+    import _imp, importlib.util, json, sys
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from otel_gil import GilInstrumentor
+    exporter, provider = InMemorySpanExporter(), TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    GilInstrumentor().instrument(tracer_provider=provider, backend="inprocess")
+    tracer = provider.get_tracer("t")
+    with tracer.start_as_current_span("off"):
+        pass
+    _imp.create_dynamic(importlib.util.find_spec(sys.argv[1]))  # no loader: no import otel-gil watches
+    with tracer.start_as_current_span("seen"):
+        pass
+    started = GilInstrumentor._backend.wait(20)
+    with tracer.start_as_current_span("measured"):
+        pass
+    print(json.dumps([started, sys._is_gil_enabled(), {s.name: dict(s.attributes) for s in exporter.get_finished_spans()}]))
+"""
+
+
+def test_a_gil_turned_on_without_an_import_is_seen_at_the_next_span(free_threaded, legacy_dir):
+    """``_imp.create_dynamic`` called directly (a loader of its own): no import otel-gil watches
+    turned the GIL on; the next span start sees it on for good and the backend starts."""
+    done = subprocess.run([free_threaded.python, "-c", _CREATE_DYNAMIC, LEGACY], capture_output=True, text=True,
+                          env={**free_threaded.env, "PYTHONPATH": f"{ROOT}:{legacy_dir}"}, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    started, gil_on, spans = json.loads(done.stdout)
+    assert started and gil_on, done.stderr
+    assert (spans["off"]["gil.status"], spans["seen"]["gil.status"]) == ("gil_disabled", "pending"), spans
+    assert "gil.status" not in spans["measured"] and "gil.hold_ms" in spans["measured"], spans
+    assert "something other than an extension import otel-gil watches" in done.stderr, done.stderr

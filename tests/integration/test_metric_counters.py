@@ -5,6 +5,8 @@ with both writers (the session's hog run, conftest.hog_report)."""
 import pytest
 
 from helpers import HOG_BURSTS, within
+from otel_gil.metrics import GONE
+from otel_gil.ring import LOC_WHY_NAMES
 
 
 @pytest.fixture
@@ -29,6 +31,9 @@ ADDED_AT_EXIT = {"gil.wait.time": 0.012, "gil.hold.time": 0.005, "gil.acquisitio
 
 def test_counters_stay_monotonic_when_threads_exit(report):
     alive, exited = report["truth"]["metrics_alive"], report["truth"]["metrics_exited"]
+    # Each point by its own label: gil.location.misses has one per reason, none empty.
+    reasons = {*alive.get("gil.location.misses", {}), *exited.get("gil.location.misses", {})}
+    assert reasons <= {*LOC_WHY_NAMES, GONE}, reasons
     for instrument, by_name in alive.items():
         for name, value in by_name.items():
             assert exited[instrument][name] >= value, (instrument, name)

@@ -16,6 +16,7 @@ _STRUCTS_C = r"""
 #include <Python.h>
 #include <internal/pycore_runtime.h>
 #include <internal/pycore_interp.h>
+#include <internal/pycore_object.h>
 #if PY_VERSION_HEX >= 0x030E0000
 #include <internal/pycore_interpframe_structs.h>
 #elif PY_VERSION_HEX >= 0x030B0000
@@ -34,8 +35,7 @@ int main(void) {
     P("minor", PY_MINOR_VERSION);
 #ifdef Py_GIL_DISABLED
     P("free_threaded", 1);
-    printf("gil_enabled_debug %zu,%zu,%zu\n", offsetof(_Py_DebugOffsets, runtime_state.interpreters_head),
-           offsetof(_Py_DebugOffsets, interpreter_state.ceval_gil),
+    printf("gil_enabled_debug %zu,%zu\n", offsetof(_Py_DebugOffsets, interpreter_state.ceval_gil),
            offsetof(_Py_DebugOffsets, interpreter_state.gil_runtime_state_enabled));
 #else
     P("free_threaded", 0);
@@ -89,12 +89,18 @@ int main(void) {
     P("str_compact_data", sizeof(PyCompactUnicodeObject));
     /* threadnames */
     P("interpreters_head", offsetof(_PyRuntimeState, interpreters.head));
+    P("interpreters_main", offsetof(_PyRuntimeState, interpreters.main));
 #if PY_VERSION_HEX >= 0x030C0000
     P("modules", offsetof(PyInterpreterState, imports.modules));
 #else
     P("modules", offsetof(PyInterpreterState, modules));
 #endif
     P("cached_keys", offsetof(PyHeapTypeObject, ht_cached_keys));
+#ifdef MANAGED_DICT_OFFSET
+    P("managed_dict", MANAGED_DICT_OFFSET);
+#else
+    P("managed_dict", -3 * (long)sizeof(PyObject *)); /* 3.12's _PyObject_DictOrValuesPointer; none before 3.11 */
+#endif
 #if PY_VERSION_HEX >= 0x030D0000
     D("interpreters_head", runtime_state.interpreters_head);
     D("tstate_frame", thread_state.current_frame);

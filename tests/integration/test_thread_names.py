@@ -3,6 +3,7 @@ names, with a note, when the memory cannot be read, and no names through offsets
 contradicts. The table's offsets against each interpreter's headers: test_pystructs;
 `report` naming every matrix build's threads: test_report."""
 
+import json
 import os
 import signal
 import subprocess
@@ -11,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, free_threaded_interpreters
 from otel_gil import pystructs
 from otel_gil_collector import probes, report, threadnames
 
@@ -57,3 +58,36 @@ def test_a_table_row_the_build_contradicts_is_refused(monkeypatch):
     finally:
         target.kill()
         target.wait()
+
+
+_NAMED_THREADS = """if True:
+    import json, sys, threading
+    release = threading.Event()
+    threads = [threading.Thread(target=release.wait, name=name) for name in ("worker", "a-name-longer-than-15-chars")]
+    for t in threads:
+        t.start()
+    print(json.dumps({t.native_id: t.name for t in threads}), sys._is_gil_enabled(), flush=True)
+    sys.stdin.read()
+    release.set()
+"""
+
+
+@pytest.mark.parametrize("gil", ["0", "1"])
+def test_a_free_threaded_builds_thread_names_are_read_through_its_row(gil):
+    """A free-threaded build (its objects' header is 32 bytes: ob_type at 24), GIL off or on: the
+    names threading gives, read through the build's own row, as its ring's layout is."""
+    python = free_threaded_interpreters()["cpython-3.13t"].python
+    if not os.path.exists(python):
+        pytest.fail(f"{python} is missing: run 'make matrix' (or 'make test') first")
+    target = subprocess.Popen([python, "-c", _NAMED_THREADS], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env={"PYTHON_GIL": gil})
+    try:
+        names, enabled = target.stdout.readline().rsplit(" ", 1)
+        assert enabled.strip() == {"0": "False", "1": "True"}[gil]
+        [lib] = {m.path for m in probes.mapped_files(target.pid) if "libpython3.13t.so" in m.path}
+        read = threadnames.read(target.pid, lib, lib)
+    finally:
+        target.kill()
+        target.wait()
+    assert {int(tid): name for tid, name in json.loads(names).items()}.items() <= read.items(), read
+    assert "MainThread" in read.values(), read

@@ -10,6 +10,7 @@ import contextvars
 import ctypes
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -324,6 +325,27 @@ def test_uvloop_loaded_after_instrument_is_hooked_when_its_loop_is_first_seen():
     finally:
         sys.modules["uvloop.loop"] = module
     assert holds(exporter) == (1.0, 1.0), named(exporter)
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 14), reason="3.14's context watchers see uvloop: no GOT entry is hooked")
+def test_uvloop_imported_after_instrument_is_hooked_as_its_import_ends():
+    """uvloop imported after instrument() (uvicorn under opentelemetry-instrument) has its GOT
+    hooked by the import (app start), before any span: no request pays for the patching."""
+    pytest.importorskip("uvloop")
+    code = """if True:
+        import sys
+        from opentelemetry.sdk.trace import TracerProvider
+        from otel_gil import GilInstrumentor, _fastspan
+        GilInstrumentor().instrument(tracer_provider=TracerProvider(), backend="inprocess")
+        assert "uvloop" not in sys.modules
+        import uvloop
+        print(_fastspan.module_switches()["uvloop.loop"]["hooked"])
+        GilInstrumentor().uninstrument()
+        print(_fastspan.module_switches()["uvloop.loop"]["hooked"])
+    """
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False"], done.stdout + done.stderr
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 14), reason="3.14's context watchers see uvloop: no GOT entry is hooked")

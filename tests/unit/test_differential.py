@@ -2,29 +2,35 @@
 the same verdicts (figures, or none: an invariant broken, or a gil.status instead), so the
 twins cannot drift:
 
-- a slot read: ``_fastspan.slot_counters`` (fastspan.h's reader) against ``ring.counters``,
+- a slot read: ``slot_counters`` (fastspan.h's reader) against ``ring.counters``,
   open intervals closed at the same instant, GIL_SLOT_UNCHECKED waits not counted;
-- a span's figures from its thread's counters: ``_fastspan.span_figures`` (span_figures.h,
+- a span's figures from its thread's counters: ``span_figures`` (span_figures.h,
   what the C hooks compute) against ``spans.own_figures``;
 - whole spans through both hook sets on one synthetic ring, the slot, the ring or the
   registration changed while they ran.
 
-Randomized with fixed seeds (a failure names its case), edge cases drawn on purpose: equal
+The first two through ``figure_checks.c`` beside this file, a module compiled here (test-only code
+stays out of the shipped one). Randomized with fixed seeds (a failure names its case), edge cases drawn on purpose: equal
 and decreasing counters, sums on either side of the clock slack, every flag.
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import random
+import subprocess
+import sysconfig
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from otel_gil import ring as ringlib
 from otel_gil import spans
 from otel_gil.semconv import COLLECTOR_CHANGED, INCONSISTENT, NO_COLLECTOR, REGISTERED, SHARED_THREAD, UNTRACKED
+from helpers import ROOT
 from synthetic import make_ring, slot_for
 from test_spans import FakeRegistration, hooked
 
@@ -32,6 +38,7 @@ CASES = 20_000
 SLACK = spans.CLOCK_SLACK_NS
 FLAGS = (0, ringlib.SLOT_UNCHECKED, ringlib.SLOT_FORCED, ringlib.SLOT_FORCED | ringlib.SLOT_UNCHECKED,
          ringlib.SLOT_IN_TAKE_GIL, 7)
+HERE = Path(__file__).parent  # figure_checks.c
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +46,18 @@ def c():
     if spans._fastspan is None:
         pytest.fail("otel_gil._fastspan is not built: pip install -e . (needs a C compiler and Python.h)")
     return spans._fastspan
+
+
+@pytest.fixture(scope="module")
+def checks(tmp_path_factory):
+    """figure_checks.c compiled for this interpreter, imported."""
+    built = tmp_path_factory.mktemp("checks") / f"figure_checks{sysconfig.get_config_var('EXT_SUFFIX')}"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-Wall", "-Werror", f"-I{sysconfig.get_paths()['include']}",
+                    f"-I{ROOT / 'otel_gil'}", "-o", str(built), str(HERE / "figure_checks.c")], check=True)
+    spec = importlib.util.spec_from_file_location("figure_checks", built)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def near(rng: random.Random, around: int) -> int:
@@ -49,7 +68,7 @@ def near(rng: random.Random, around: int) -> int:
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_a_slot_reads_the_same(c, seed):
+def test_a_slot_reads_the_same(checks, seed):
     rng = random.Random(seed)
     r = make_ring()
     s = slot_for(r, 4242)
@@ -61,7 +80,7 @@ def test_a_slot_reads_the_same(c, seed):
         s.acquired_ns = rng.choice([0, now, near(rng, now), rng.randrange(1, 1 << 50)])
         s.flags = rng.choice(FLAGS)
         expected = ringlib.counters(s, now)
-        assert c.slot_counters(ctypes.addressof(s), now) == tuple(expected), (seed, case, bytes(s)[:96].hex())
+        assert checks.slot_counters(ctypes.addressof(s), now) == tuple(expected), (seed, case, bytes(s)[:96].hex())
 
 
 def random_own(rng: random.Random, d_hold: int, duration: int) -> spans.Own:
@@ -77,7 +96,7 @@ def random_own(rng: random.Random, d_hold: int, duration: int) -> spans.Own:
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_a_spans_figures_are_the_same(c, seed):
+def test_a_spans_figures_are_the_same(checks, seed):
     rng = random.Random(seed)
     verdicts = set()
     for case in range(CASES):
@@ -91,7 +110,7 @@ def test_a_spans_figures_are_the_same(c, seed):
         c1 = tuple(max(0, a + d) for a, d in zip(c0, deltas))
         own = None if rng.random() < 0.3 else random_own(rng, d_hold, duration)
         py = spans.own_figures(*(b - a for a, b in zip(c0[:4], c1[:4])), own, False, duration)
-        got = c.span_figures(c0, c1, own, duration)
+        got = checks.span_figures(c0, c1, own, duration)
         why = (seed, case, c0, c1, own, duration, py, got)
         if py is None or "gil.status" in py:  # dropped, or a status: the C hooks leave it to the Python hook
             assert got is None, why

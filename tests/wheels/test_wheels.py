@@ -279,7 +279,8 @@ def test_free_threaded_wheel(version, place):
     """The cp3Xt wheel as a user of that build gets it: a fresh venv with every dependency a
     wheel (no grpcio, which has none for it: the OTLP exporter over HTTP instead), otel_gil and
     its C part from the venv, the GIL off throughout; and under opentelemetry-instrument with the
-    distro (OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf, README), spans exported saying gil_disabled."""
+    distro, out of the box (no OTEL_EXPORTER_OTLP_PROTOCOL: the wheel's .pth makes HTTP the default
+    where gRPC is missing), spans exported saying gil_disabled."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     where = place(None)
@@ -301,9 +302,10 @@ def test_free_threaded_wheel(version, place):
               where.wheelhouse, "opentelemetry-distro")
     app = "from opentelemetry import trace\nwith trace.get_tracer('app').start_as_current_span('request'): pass\n"
     with otlp_http_receiver() as (endpoint, bodies):
-        where.run(f"{venv}/bin/opentelemetry-instrument", f"{venv}/bin/python", "-W", "error::RuntimeWarning", "-c", app,
-                  env={"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
-                       "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none", "OTEL_GIL_BACKEND": "inprocess"})
+        done = where.run(f"{venv}/bin/opentelemetry-instrument", f"{venv}/bin/python", "-W", "error::RuntimeWarning",
+                         "-c", app, env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_METRICS_EXPORTER": "none",
+                                         "OTEL_LOGS_EXPORTER": "none", "OTEL_GIL_BACKEND": "inprocess"})
+    assert "no span is exported" not in done.stderr, done.stderr
     spans = [s for body in bodies for r in ExportTraceServiceRequest.FromString(body).resource_spans
              for scope in r.scope_spans for s in scope.spans]
     assert [s.name for s in spans] == ["request"], spans

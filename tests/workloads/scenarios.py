@@ -55,14 +55,15 @@ def finished_spans() -> list[dict]:
 
 
 def read_metrics() -> dict:
-    """{instrument: {thread.name or http.route: value}} from the SDK's in-memory reader."""
+    """{instrument: {its point's attribute values, comma-joined (a thread.name, a reason, a route and
+    its le): value}} from the SDK's in-memory reader."""
     out: dict = {}
     data = _metric_reader.get_metrics_data()
     for rm in data.resource_metrics if data else ():
         for sm in rm.scope_metrics:
             for metric in sm.metrics:
                 for point in metric.data.data_points:
-                    key = point.attributes.get("thread.name", point.attributes.get("http.route", ""))
+                    key = ",".join(str(value) for value in point.attributes.values())
                     out.setdefault(metric.name, {})[key] = getattr(point, "value", getattr(point, "sum", None))
     return out
 
@@ -614,6 +615,7 @@ def turned_on(tracer, args) -> dict:
     other.join()
     truth["gil_after_import"] = sys._is_gil_enabled()
     truth["gauge"]["after"] = _gil_gauge()
+    truth["measuring"] = GilInstrumentor._backend.wait(20)  # started by otel-gil's thread, not the import
     get("/hold")
     server.shutdown()
     truth.update(hog_and_victim(tracer, args))

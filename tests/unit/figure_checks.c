@@ -1,7 +1,7 @@
 /* The span hooks' figures, callable from Python with any input: the C side of the
- * differential test (tests/unit/test_differential.py), which feeds the same slots and
- * counters to these and to the Python reference (ring.counters, spans.own_figures).
- * Nothing here runs per span.
+ * differential test (tests/unit/test_differential.py, which compiles this module on its
+ * own, never shipped: slot_counters reads any address), fed the same slots and counters
+ * as the Python reference (ring.counters, spans.own_figures).
  */
 #include "span_figures.h"
 
@@ -15,8 +15,7 @@ static int counters_from(PyObject *tuple, struct counters *c)
 	return 0;
 }
 
-/* span_figures(start, end, own, duration): see the module's method table. */
-PyObject *checks_span_figures(PyObject *module, PyObject *args)
+static PyObject *checks_span_figures(PyObject *module, PyObject *args)
 {
 	PyObject *c0_arg, *c1_arg, *own_arg;
 	long long duration;
@@ -51,8 +50,7 @@ PyObject *checks_span_figures(PyObject *module, PyObject *args)
 			     (unsigned long long)f.acquisitions, (unsigned long long)f.convoy, (unsigned long long)f.others);
 }
 
-/* slot_counters(address, now): see the module's method table. */
-PyObject *checks_slot_counters(PyObject *module, PyObject *args)
+static PyObject *checks_slot_counters(PyObject *module, PyObject *args)
 {
 	PyObject *address;
 	unsigned long long now;
@@ -70,3 +68,18 @@ PyObject *checks_slot_counters(PyObject *module, PyObject *args)
 			     (unsigned long long)c.acquisitions, (unsigned long long)c.convoy_waits,
 			     (unsigned long long)c.long_waits);
 }
+
+static PyMethodDef methods[] = {
+	{"span_figures", checks_span_figures, METH_VARARGS,
+	 "span_figures(start, end, own, duration): the hooks' figures of a span whose thread's counters were start "
+	 "and end (each (wait_ns, hold_ns, acquisitions, convoy_waits, long_waits)), own an Own or None, duration ns: "
+	 "(wait_ns, hold_ns, acquisitions, convoy_waits, others_hold_ns), or None where the Python hook decides."},
+	{"slot_counters", checks_slot_counters, METH_VARARGS,
+	 "slot_counters(address, now): the counters of the struct gil_slot at address, open intervals closed at now "
+	 "(monotonic ns), as the hooks read them."},
+	{NULL},
+};
+
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "figure_checks", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit_figure_checks(void) { return PyModule_Create(&module_def); }
