@@ -74,6 +74,7 @@ typedef struct {
 	PyObject *loop;       /* the running loop last checked (before 3.14) */
 	int loop_seen;        /* ... whose switches are seen */
 	PyObject *tracer;     /* this thread's greenlet tracer, once set */
+	Py_ssize_t modules;   /* len(sys.modules) when greenlet was last looked for */
 	struct switch_entry *log; /* who ran from when (LOG_LEN, from the thread's first switch) */
 	uint64_t logged;
 	struct seen seen[SEEN_LEN]; /* by the context's address: a switch back finds its Start here */
@@ -325,6 +326,7 @@ static void switched(Charges *tc, Start *next /* stolen; NULL: look it up */, in
 /* Before 3.14 only stdlib loops switch through Context.run: a span on a thread running
  * any other loop (uvloop) cannot be told from its neighbours'. */
 static PyObject *get_running_loop, *base_loop; /* asyncio's, once it is loaded */
+static PyCFunction running_loop_c; /* ... its C function where it takes no arguments: called directly */
 
 static void check_loop(Charges *tc)
 {
@@ -335,6 +337,9 @@ static void check_loop(Charges *tc)
 			base_loop = PyObject_GetAttrString(base, "BaseEventLoop");
 			if (get_running_loop == NULL || base_loop == NULL)
 				Py_CLEAR(get_running_loop);
+			else if (PyCFunction_Check(get_running_loop) &&
+				 (PyCFunction_GetFlags(get_running_loop) & ~METH_COEXIST) == METH_NOARGS)
+				running_loop_c = PyCFunction_GetFunction(get_running_loop);
 		}
 		Py_XDECREF(events);
 		Py_XDECREF(base);
@@ -342,7 +347,8 @@ static void check_loop(Charges *tc)
 		if (get_running_loop == NULL)
 			return;
 	}
-	PyObject *loop = PyObject_CallNoArgs(get_running_loop);
+	PyObject *loop = running_loop_c ? running_loop_c(PyCFunction_GetSelf(get_running_loop), NULL)
+				      : PyObject_CallNoArgs(get_running_loop);
 	if (loop == NULL || loop == Py_None) {
 		Py_XDECREF(loop);
 		PyErr_Clear();
@@ -400,11 +406,15 @@ static PyTypeObject TracerType = {
 	.tp_doc = "greenlet.settrace callback: every greenlet switch is a charge point (then the previous tracer).",
 };
 
-/* Trace this thread's greenlet switches, once greenlet is loaded. */
+/* Trace this thread's greenlet switches, once greenlet is loaded (looked for again only
+ * where sys.modules changed size since: no import machinery, mostly no lookup). */
 static void trace_greenlets(Charges *tc)
 {
-	PyObject *modules = PyImport_GetModuleDict(); /* per span: a lookup, no import machinery */
-	PyObject *greenlet = PyDict_Check(modules) ? PyDict_GetItemWithError(modules, s_greenlet) : NULL;
+	PyObject *modules = PyImport_GetModuleDict();
+	if (!PyDict_Check(modules) || PyDict_GET_SIZE(modules) == tc->modules)
+		return;
+	tc->modules = PyDict_GET_SIZE(modules);
+	PyObject *greenlet = PyDict_GetItemWithError(modules, s_greenlet);
 	if (greenlet == NULL) {
 		clear_error();
 		return;
