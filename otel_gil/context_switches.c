@@ -351,7 +351,7 @@ static void check_loop(Charges *tc)
 				      : PyObject_CallNoArgs(get_running_loop);
 	if (loop == NULL || loop == Py_None) {
 		Py_XDECREF(loop);
-		PyErr_Clear();
+		clear_error();
 		return;
 	}
 	if (loop != tc->loop) {
