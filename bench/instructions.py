@@ -1,18 +1,24 @@
-"""User-space instructions otel-gil adds per span and per GIL hand-off, this checkout against
-another: a measure the machine's load moves far less than time (``perf stat -e instructions:u``).
+"""User-space instructions otel-gil adds per span and per GIL hand-off: a measure the machine's
+load does not move (time does), for targets and for a CI guard.
 
-    .venv/bin/python bench/instructions.py --baseline CHECKOUT [--spans 20000] [--pairs 200000] [--repeats 3]
+    .venv/bin/python bench/instructions.py [--baseline CHECKOUT] [--spans 1000] [--pairs 5000] [--repeats 1]
+    .venv/bin/python bench/instructions.py --check   # valgrind, against bench/instructions.json: > 10 % more fails
+    .venv/bin/python bench/instructions.py --record  # rewrite bench/instructions.json
 
 Each figure is the difference between two runs of one process, N and N + --spans spans (or
 --pairs pipe write + read pairs), so start-up cancels out; with otel-gil minus without it
 (the C span hooks on a TracerProvider, or the in-process backend), with PYTHONHASHSEED=0.
-The median of --repeats. Writes the section "instructions against a baseline" of
-bench/RESULTS.md. Needs perf, and perf_event_paranoid <= 2 or root.
+Counted by ``perf stat -e instructions:u`` where the CPU's counters are there, else by
+valgrind (cachegrind, no cache simulation): its count is exact, so a few thousand spans do.
+Spans are calm (no long wait: its threshold is set past any span, as valgrind's slowness
+would otherwise make one). The median of --repeats. Writes the section "instructions" of
+bench/RESULTS.md (with --baseline: "instructions against a baseline").
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
 import subprocess
@@ -20,7 +26,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "bench"))
 import results  # noqa: E402
 
 SPANS = r"""
@@ -28,7 +34,7 @@ import sys
 from opentelemetry.sdk.trace import TracerProvider
 from otel_gil.inprocess import InProcess
 from otel_gil.spans import GilSpanProcessor, hook_provider
-registration = InProcess()
+registration = InProcess(long_wait_ns=10**12)
 registration.start()
 provider = TracerProvider()
 if sys.argv[2] == "1":
@@ -51,52 +57,153 @@ r, w = os.pipe()
 for _ in range(int(sys.argv[1])):
     os.write(w, b"x"); os.read(r, 1)
 """
-WARM = 1000  # the shorter run's count
+REQUESTS = r"""
+import asyncio, sys
+from opentelemetry import trace
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+from opentelemetry.sdk.trace import TracerProvider
+provider = TracerProvider()
+trace.set_tracer_provider(provider)
+import asyncload_app
+if sys.argv[2] == "1":
+    from otel_gil import GilInstrumentor
+    GilInstrumentor().instrument(tracer_provider=provider, backend="inprocess", long_wait_ms=10**6)
+FastAPIInstrumentor.instrument_app(asyncload_app.app, tracer_provider=provider)
+route = sys.argv[3]
+scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+         "path": route, "raw_path": route.encode(), "query_string": b"", "root_path": "", "headers": [(b"host", b"x")],
+         "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1)}
+
+async def receive():
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+async def send(message):
+    assert message.get("status", 200) == 200, message
+
+async def main():
+    for _ in range(int(sys.argv[1])):
+        await asyncload_app.app(scope, receive, send)
+asyncio.run(main())
+"""
+WARM = 500  # the shorter run's count
+BUDGET = ROOT / "bench" / "instructions.json"  # the figures --check holds a change to (valgrind's, this Python)
+SLACK = 1.10  # --check: a change adding more than 10 % fails
+TARGETS = {"span (C hooks)": 3000, "hand-off (in-process)": 300}
 
 
-def instructions(code: str, n: int, on: bool, checkout: Path) -> int:
+def counter(tool: str) -> list[str]:
+    """The command line prefix that counts a process's user-space instructions (on stderr)."""
+    if tool == "auto":
+        tool = "perf" if shutil.which("perf") and _perf_counts() else "valgrind"
+    if shutil.which(tool) is None:
+        raise SystemExit(f"instructions.py: {tool} not on PATH (apt-get install {'linux-perf' if tool == 'perf' else tool})")
+    if tool == "perf":
+        return ["perf", "stat", "-x,", "-e", "instructions:u"]
+    return ["setarch", "-R", "valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
+
+
+def _perf_counts() -> bool:
+    done = subprocess.run(["perf", "stat", "-x,", "-e", "instructions:u", "true"], capture_output=True, text=True)
+    return done.returncode == 0 and "<not" not in done.stderr
+
+
+def instructions(prefix: list[str], code: str, n: int, on: bool, checkout: Path, *extra: str) -> int:
     where = results.python_in(checkout)
-    done = subprocess.run(["perf", "stat", "-x,", "-e", "instructions:u", sys.executable, "-c", code, str(n),
-                           "1" if on else "0"], capture_output=True, text=True, cwd=where["cwd"],
-                          env={**where["env"], "PYTHONHASHSEED": "0"}, check=True)
-    (line,) = [row for row in done.stderr.splitlines() if "instructions" in row]
-    return int(line.split(",")[0])
+    env = {**where["env"], "PYTHONHASHSEED": "0", "PYTHONPATH": f"{where['env']['PYTHONPATH']}:{ROOT / 'bench'}"}
+    done = subprocess.run([*prefix, sys.executable, "-c", code, str(n), "1" if on else "0", *extra], capture_output=True,
+                          text=True, cwd=where["cwd"], env=env, check=True)
+    if prefix[0] == "perf":
+        (line,) = [row for row in done.stderr.splitlines() if "instructions" in row]
+        return int(line.split(",")[0])
+    (line,) = [row for row in done.stderr.splitlines() if "I   refs:" in row or "I    refs:" in row]
+    return int(line.split(":")[1].replace(",", ""))
 
 
-def added(code: str, n: int, checkout: Path) -> float:
+def per_unit(prefix: list[str], code: str, n: int, checkout: Path, warm: int = WARM, *extra: str) -> dict[bool, float]:
+    """Instructions per unit of ``code``'s loop, without otel-gil and with it."""
+    return {on: (instructions(prefix, code, warm + n, on, checkout, *extra) -
+                 instructions(prefix, code, warm, on, checkout, *extra)) / n for on in (False, True)}
+
+
+def added(prefix: list[str], code: str, n: int, checkout: Path) -> float:
     """Instructions otel-gil adds per unit of ``code``'s loop."""
-    per = {on: (instructions(code, WARM + n, on, checkout) - instructions(code, WARM, on, checkout)) / n
-           for on in (False, True)}
+    per = per_unit(prefix, code, n, checkout)
     return per[True] - per[False]
+
+
+def requests(prefix: list[str], n: int) -> list[str]:
+    """Rows of what a FastAPI request costs OpenTelemetry alone and what otel-gil adds, per route
+    (bench/asyncload_app.py, driven in process on asyncio's loop, no server or socket)."""
+    rows = []
+    for route in ("/hello", "/fanout"):
+        per = per_unit(prefix, REQUESTS, n, ROOT, 50, route)
+        rows.append(f"| {route} | {per[False]:.0f} | {per[True] - per[False]:+.0f} | {per[False] / per[True]:.1%} |")
+        print(rows[-1], flush=True)
+    return rows
+
+
+def measure(prefix: list[str], checkout: Path, spans: int, pairs: int, repeats: int) -> dict[str, list[float]]:
+    return {what: [added(prefix, code, n, checkout) / unit for _ in range(repeats)]
+            for what, code, n, unit in (("span (C hooks)", SPANS, spans, 1), ("hand-off (in-process)", HANDOFFS, pairs, 2))}
+
+
+def check(prefix: list[str], spans: int, pairs: int) -> list[str]:
+    """What this checkout adds beyond bench/instructions.json's figures by more than SLACK."""
+    budget = json.loads(BUDGET.read_text())
+    now = {what: statistics.median(v) for what, v in measure(prefix, ROOT, spans, pairs, 1).items()}
+    return [f"{what}: {now[what]:.0f} instructions, recorded {budget[what]:.0f} (> +{SLACK - 1:.0%})"
+            for what in budget if now[what] > budget[what] * SLACK]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--baseline", type=Path, required=True, help="another otel-gil checkout (C parts built in place)")
-    parser.add_argument("--spans", type=int, default=20_000)
-    parser.add_argument("--pairs", type=int, default=200_000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--baseline", type=Path, help="another otel-gil checkout (C parts built in place)")
+    parser.add_argument("--spans", type=int, default=1_000)
+    parser.add_argument("--pairs", type=int, default=5_000)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--requests", type=int, default=0, help="also FastAPI requests per route (0: none)")
+    parser.add_argument("--tool", choices=("auto", "perf", "valgrind"), default="auto")
+    parser.add_argument("--check", action="store_true", help="fail if a figure is > 10 %% above bench/instructions.json")
+    parser.add_argument("--record", action="store_true", help="write this checkout's figures to bench/instructions.json")
     args = parser.parse_args()
-    if shutil.which("perf") is None:
-        raise SystemExit("instructions.py: perf not on PATH (linux-perf, or linux-tools-$(uname -r))")
+    prefix = counter("valgrind" if args.check or args.record else args.tool)  # the guard's figures: valgrind's
+    if args.check:
+        over = check(prefix, args.spans, args.pairs)
+        print("\n".join(over) or "within bench/instructions.json's figures")
+        return 1 if over else 0
+    here = measure(prefix, ROOT, args.spans, args.pairs, args.repeats)
+    if args.record:
+        BUDGET.write_text(json.dumps({k: round(statistics.median(v)) for k, v in here.items()}, indent=1) + "\n")
+    there = measure(prefix, args.baseline, args.spans, args.pairs, args.repeats) if args.baseline else None
     rows = []
-    for what, code, n, unit in (("span (C hooks)", SPANS, args.spans, 1), ("hand-off (in-process)", HANDOFFS, args.pairs, 2)):
-        here, there = ([added(code, n, checkout) / unit for _ in range(args.repeats)] for checkout in (ROOT, args.baseline))
-        rows.append(f"| {what} | {statistics.median(here):.0f} ({min(here):.0f}-{max(here):.0f}) | "
-                    f"{statistics.median(there):.0f} ({min(there):.0f}-{max(there):.0f}) | "
-                    f"{statistics.median(here) - statistics.median(there):+.0f} |")
-        print(rows[-1], flush=True)
+    for what, v in here.items():
+        row = f"| {what} | {statistics.median(v):.0f} ({min(v):.0f}-{max(v):.0f}) |"
+        if there is not None:
+            w = there[what]
+            row += f" {statistics.median(w):.0f} ({min(w):.0f}-{max(w):.0f}) | {statistics.median(v) - statistics.median(w):+.0f} |"
+        else:
+            row += f" ≤ {TARGETS[what]} | {'met' if statistics.median(v) <= TARGETS[what] else 'not met'} |"
+        rows.append(row)
+        print(row, flush=True)
+    counted = "`perf stat -e instructions:u`" if prefix[0] == "perf" else "valgrind's cachegrind (`--cache-sim=no`)"
+    command = (f"`.venv/bin/python bench/instructions.py{f' --baseline {args.baseline}' if args.baseline else ''}"
+               f"{f' --requests {args.requests}' if args.requests else ''} "
+               f"--spans {args.spans} --pairs {args.pairs} --repeats {args.repeats}` on {results.machine()}")
     section = "\n".join([
-        f"`.venv/bin/python bench/instructions.py --baseline {args.baseline} --spans {args.spans} --pairs {args.pairs} "
-        f"--repeats {args.repeats}` on {results.machine()}. User-space instructions (`perf stat -e instructions:u`) "
-        "otel-gil adds, medians of the repeats (their range in brackets): a figure the machine's load moves far less "
-        "than the timed benchmarks above, which swing by more than the difference looked for.",
+        f"{command}. User-space instructions otel-gil adds, counted by {counted}, medians of the repeats (their "
+        "range in brackets): a figure the machine's load does not move, unlike the timed benchmarks.",
         "",
-        "| per | this checkout | baseline | difference |",
+        "| per | this checkout | baseline | difference |" if there else "| per | instructions added | target | |",
         "|---|---|---|---|",
         *rows,
     ])
-    results.write_section("instructions against a baseline", section)
+    if args.requests:
+        section += "\n".join([
+            "", "", f"FastAPI requests (bench/asyncload_app.py under its OpenTelemetry instrumentation, {args.requests} "
+            "requests per route driven in process on asyncio's loop; `--requests`): instructions per request",
+            "", "| route | OpenTelemetry alone | otel-gil adds | throughput bound vs OpenTelemetry alone |",
+            "|---|---|---|---|", *requests(prefix, args.requests)])
+    results.write_section("instructions against a baseline" if there else "instructions", section)
     print(section)
     return 0
 

@@ -2,8 +2,9 @@
  *
  * A span that starts and ends on one thread of a registered process, with no
  * long wait in its window, gets its gil.* attributes here: one read of the
- * thread's slot at start, one at end, eight values into the span's attribute
- * dict. Everything else (no ring yet, another thread ended the span, long waits
+ * thread's slot at start, one at end, and the few values a calm span carries
+ * (semconv.ALWAYS; the counters where not 0) into the span's attribute dict, in
+ * one pass. Everything else (no ring yet, another thread ended the span, long waits
  * to turn into events, a back-dated start, an SDK whose internals differ) is
  * handed to the Python hooks, which stay the reference: spans.py documents the
  * figures, and tests/unit/test_spans.py runs every case through both.
@@ -29,7 +30,9 @@ __thread struct thread_slot tls = {NULL, -1, 0, 0, -1};
 PyObject *s_start_attr, *s_active, *s_private_name, *s_public_name, *s_thread_key;
 static PyObject *s_state, *s_ring, *s_generation, *s_status, *s_address, *s_nslots, *s_long_wait_ns,
 	*s_start_time, *s_end_time, *s_attributes, *s_dict, *s_immutable, *s_max_value_len, *s_maxlen,
-	*s_kind, *s_set_attributes, *s_end_time_kw, *s_span_processor, *s_start;
+	*s_kind, *s_set_attributes, *s_end_time_kw, *s_span_processor, *s_start, *s_lock, *s_locked;
+static PyTypeObject *lock_type; /* threading.Lock's */
+static PyObject *lock_locked; /* its locked() */
 static PyObject *k_thread_name, *k_thread_id, *k_wait_ms, *k_hold_ms, *k_wait_ratio, *k_hold_ratio,
 	*k_acquisitions, *k_convoy_waits, *k_others_hold_ms, *k_http_route;
 
@@ -169,6 +172,7 @@ static int Hooks_clear(Hooks *self)
 	Py_CLEAR(self->ratios);
 	Py_CLEAR(self->threading);
 	Py_CLEAR(self->end_time_kwnames);
+	Py_CLEAR(self->state);
 	Py_CLEAR(self->ring);
 	return 0;
 }
@@ -182,10 +186,12 @@ static void Hooks_dealloc(Hooks *self)
 
 static int Hooks_init(Hooks *self, PyObject *args, PyObject *kwds)
 {
-	static char *kwlist[] = {"registration", "metrics", "ok", "on_start", "end", "server", "server_kind", NULL};
+	static char *kwlist[] = {"registration", "metrics", "ok", "on_start", "end", "server", "server_kind", "every",
+				 NULL};
 	PyObject *registration, *metrics, *ok, *on_start, *end, *server, *server_kind;
-	if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOUOOOO", kwlist, &registration, &metrics, &ok, &on_start, &end,
-					 &server, &server_kind))
+	int every = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOUOOOO|p", kwlist, &registration, &metrics, &ok, &on_start, &end,
+					 &server, &server_kind, &every))
 		return -1;
 	PyObject *threading = PyImport_ImportModule("threading");
 	if (threading == NULL)
@@ -203,7 +209,7 @@ static int Hooks_init(Hooks *self, PyObject *args, PyObject *kwds)
 		PyObject *ratios = PyObject_GetAttrString(metrics, "ratios");
 		PyObject *counter = ratios ? PyObject_GetAttrString(ratios, "counter") : NULL;
 		Py_XDECREF(ratios);
-		PyErr_Clear();
+		clear_error();
 		if (counter != NULL && Py_IS_TYPE(counter, &RatioCounterType))
 			self->ratios = (RatioCounter *)counter;
 		else
@@ -214,6 +220,7 @@ static int Hooks_init(Hooks *self, PyObject *args, PyObject *kwds)
 		return -1;
 	self->seen_forks = forks;
 	self->enabled = 1;
+	self->every = every;
 	return 0;
 }
 
@@ -225,18 +232,27 @@ static PyObject *current_ring(Hooks *self, long *generation)
 	PyObject *state = PyObject_GetAttr(self->registration, s_state);
 	if (state == NULL)
 		return NULL;
+	if (state == self->state) { /* a State never changes: as registered, with that ring, as when last read */
+		Py_DECREF(state);
+		*generation = self->generation;
+		Py_INCREF(self->ring);
+		return self->ring;
+	}
 	PyObject *status = PyObject_GetAttr(state, s_status);
 	int ok = status != NULL && (status == self->ok || PyUnicode_Compare(status, self->ok) == 0);
 	Py_XDECREF(status);
 	PyObject *gen = ok && !PyErr_Occurred() ? PyObject_GetAttr(state, s_generation) : NULL;
 	PyObject *ring = gen != NULL ? PyObject_GetAttr(state, s_ring) : NULL;
-	Py_DECREF(state);
-	if (gen == NULL)
+	Py_CLEAR(self->state);
+	if (gen == NULL) {
+		Py_DECREF(state);
 		return NULL;
+	}
 	*generation = PyLong_AsLong(gen);
 	Py_DECREF(gen);
 	self->generation = *generation;
 	if (ring == NULL || ring == Py_None || PyErr_Occurred()) {
+		Py_DECREF(state);
 		Py_XDECREF(ring);
 		return NULL;
 	}
@@ -254,12 +270,14 @@ static PyObject *current_ring(Hooks *self, long *generation)
 		Py_XDECREF(long_wait);
 		if (long_wait == NULL || PyErr_Occurred() || self->nslots == 0) {
 			Py_CLEAR(self->ring);
+			Py_DECREF(state);
 			Py_DECREF(ring);
 			return NULL;
 		}
 		Py_INCREF(ring);
 		Py_XSETREF(self->ring, ring);
 	}
+	self->state = state; /* takes the reference */
 	return ring;
 }
 
@@ -272,18 +290,18 @@ static PyObject *snapshot_onto(Hooks *self, PyObject *span)
 		self->seen_forks = forks;
 		PyObject *checked = PyObject_CallMethod(self->registration, "check_fork", NULL);
 		Py_XDECREF(checked);
-		PyErr_Clear();
+		clear_error();
 	}
 	long generation;
 	PyObject *ring = tracking_contexts(self) ? current_ring(self, &generation) : NULL;
 	if (ring == NULL) { /* not registered, or contexts not followed: the Python hook says why */
-		PyErr_Clear();
+		clear_error();
 		return PyObject_CallOneArg(self->py_on_start, span);
 	}
 	Start *start = PyObject_New(Start, &StartType);
 	if (start == NULL) {
 		Py_DECREF(ring);
-		PyErr_Clear();
+		clear_error();
 		return PyObject_CallOneArg(self->py_on_start, span);
 	}
 	thread_for(self->registration, generation);
@@ -310,14 +328,30 @@ static PyObject *snapshot_onto(Hooks *self, PyObject *span)
 		context_start(self, start, span);
 	Py_DECREF(start);
 	if (failed) { /* the Python hook meets the same failure and logs it, once: never break the app */
-		PyErr_Clear();
+		clear_error();
 		return PyObject_CallOneArg(self->py_on_start, span);
 	}
 	Py_RETURN_NONE;
 }
 
-/* The span's attribute dict (a new reference) if it takes our values as set_attributes
- * would leave them (mutable, no value length limit, room for them), else NULL. */
+/* Whether span._lock is a threading.Lock nobody holds. With the GIL held and no Python code
+ * run until the caller is done, that is holding it: a thread that takes it now (one blocked
+ * on it takes it without the GIL) runs no code under it before the GIL comes back. The
+ * span's attribute dict is written under that lock only (exporters and span.attributes see
+ * a read-only view), so its own lock is free then. */
+static int lock_free(PyObject *span)
+{
+	PyObject *lock = PyObject_GetAttr(span, s_lock), *locked = NULL;
+	if (lock != NULL && Py_IS_TYPE(lock, lock_type))
+		locked = PyObject_Vectorcall(lock_locked, &lock, 1, NULL);
+	Py_XDECREF(lock);
+	Py_XDECREF(locked);
+	return locked == Py_False;
+}
+
+/* The span's attribute dict (a new reference) if our values may go straight in, as
+ * set_attributes would leave them: the span not ended, its attributes mutable, no value
+ * length limit, room for them, and nobody in the span's lock. Else NULL. */
 static PyObject *direct_dict(PyObject *span, Py_ssize_t adding)
 {
 	PyObject *bounded = PyObject_GetAttr(span, s_attributes);
@@ -325,47 +359,50 @@ static PyObject *direct_dict(PyObject *span, Py_ssize_t adding)
 	PyObject *imm = d ? PyObject_GetAttr(bounded, s_immutable) : NULL;
 	PyObject *mvl = imm ? PyObject_GetAttr(bounded, s_max_value_len) : NULL;
 	PyObject *maxlen = mvl ? PyObject_GetAttr(bounded, s_maxlen) : NULL;
-	int usable = maxlen && PyDict_CheckExact(d) && imm == Py_False && mvl == Py_None;
+	PyObject *end = maxlen ? PyObject_GetAttr(span, s_end_time) : NULL;
+	int usable = end == Py_None && PyDict_CheckExact(d) && imm == Py_False && mvl == Py_None;
 	if (usable && maxlen != Py_None) {
 		Py_ssize_t limit = PyLong_AsSsize_t(maxlen);
 		usable = !PyErr_Occurred() && PyDict_GET_SIZE(d) + adding <= limit;
 	}
+	usable = usable && lock_free(span);
 	Py_XDECREF(bounded);
 	Py_XDECREF(imm);
 	Py_XDECREF(mvl);
 	Py_XDECREF(maxlen);
-	PyErr_Clear();
+	Py_XDECREF(end);
+	clear_error();
 	if (!usable)
 		Py_CLEAR(d);
 	return d;
 }
 
-/* Set the values on the span: straight into its attribute dict (then *used is that dict,
- * a new reference), or through set_attributes.
+/* Set the values on the span in one pass: straight into its attribute dict (then *used is
+ * that dict, a new reference), or through set_attributes (its lock held, or a limit to apply).
  *
- * The direct path does what set_attributes would leave, minus its cleaning of
- * values that are already clean, and without taking the span's locks: it holds
- * the GIL from the check that the span is not ended to its last insert and runs
- * no Python code in between (str keys, float and int values, no allocation that
- * can start the cyclic GC), so no other thread can end or change the span there. */
+ * The direct path leaves what set_attributes would (a key already there moves to the end),
+ * minus its cleaning of values that are already clean (str keys, float and int values,
+ * a thread name). From the checks of direct_dict to the last insert it runs no Python
+ * code and allocates nothing the cyclic GC tracks, so it keeps the GIL throughout. */
 static int set_attributes(PyObject *span, PyObject *const *keys, PyObject *const *values, Py_ssize_t n,
 			  PyObject **used)
 {
-	PyObject *dict = direct_dict(span, n), *end = NULL;
-	int rc = -1;
-	if (dict != NULL && (end = PyObject_GetAttr(span, s_end_time)) != NULL) {
-		rc = 0;
-		if (end == Py_None) /* else ended meanwhile: as set_attributes, drop the values */
-			for (Py_ssize_t i = 0; i < n && rc == 0; i++)
-				rc = PyDict_SetItem(dict, keys[i], values[i]);
+	PyObject *dict = direct_dict(span, n);
+	if (dict != NULL) {
+		int rc = 0;
+		for (Py_ssize_t i = 0; i < n && rc == 0; i++) {
+			Py_ssize_t size = PyDict_GET_SIZE(dict);
+			rc = PyDict_SetItem(dict, keys[i], values[i]);
+			if (rc == 0 && PyDict_GET_SIZE(dict) == size) /* it was there: to the end, as set_attributes */
+				rc = PyDict_DelItem(dict, keys[i]) || PyDict_SetItem(dict, keys[i], values[i]);
+		}
+		if (rc == 0) {
+			*used = dict;
+			return 0;
+		}
+		Py_DECREF(dict);
+		return -1;
 	}
-	Py_XDECREF(end);
-	PyErr_Clear();
-	if (rc == 0) {
-		*used = dict;
-		return 0;
-	}
-	Py_XDECREF(dict);
 	PyObject *attrs = PyDict_New();
 	if (attrs == NULL)
 		return -1;
@@ -380,18 +417,32 @@ static int set_attributes(PyObject *span, PyObject *const *keys, PyObject *const
 	return r ? 0 : -1;
 }
 
-/* The figures of a span that needs nothing but its counters; 1 when set, 0 when the Python hook must do it. */
+/* Whether the registration still has the ring the span started with. */
+static int same_ring(Hooks *self, Start *start)
+{
+	PyObject *state = PyObject_GetAttr(start->registration, s_state);
+	if (state == NULL)
+		return -1;
+	if (state == self->state) { /* unchanged since current_ring last read it */
+		Py_DECREF(state);
+		return self->ring == start->ring;
+	}
+	PyObject *ring = PyObject_GetAttr(state, s_ring);
+	Py_DECREF(state);
+	Py_XDECREF(ring);
+	return ring == NULL ? -1 : ring == start->ring;
+}
+
+#define MAX_KEYS 9
+
+/* The figures of a span that needs nothing but its counters; 1 when set, 0 when the Python hook must do it.
+ * Which it carries: semconv.ALWAYS, WHEN_NONZERO where not 0, EVERY_ONLY (as spans.carried). */
 static int fast_figures(Hooks *self, Start *start, PyObject *span, long long span_start, long long span_end,
 			uint64_t now, double *wait_ratio, PyObject **attributes)
 {
-	PyObject *state = PyObject_GetAttr(start->registration, s_state);
-	PyObject *ring = state != NULL ? PyObject_GetAttr(state, s_ring) : NULL;
-	Py_XDECREF(state);
-	if (ring == NULL)
-		return -1;
-	Py_DECREF(ring);
-	if (ring != start->ring)
-		return 0; /* the collector restarted, or the process forked, meanwhile */
+	int same = same_ring(self, start);
+	if (same <= 0)
+		return same; /* the collector restarted, or the process forked, meanwhile */
 	thread_for(start->registration, start->generation);
 	if (tls.tid != start->tid)
 		return 0; /* ended on another thread */
@@ -412,38 +463,36 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 	if (!span_figures(&start->counters, &end, o, start->switched, untracked, duration, &f))
 		return 0;
 	*wait_ratio = (double)f.wait / (double)duration;
-	PyObject *keys[] = {k_thread_name, k_thread_id, k_wait_ms, k_hold_ms, k_wait_ratio, k_hold_ratio,
-			    k_acquisitions, k_convoy_waits, k_others_hold_ms};
+	PyObject *keys[MAX_KEYS], *values[MAX_KEYS];
 	PyObject *ident = NULL; /* thread.id: the managed id, as spans.py */
 	PyObject *name = thread_name(self->threading, &ident);
-	PyObject *values[9] = {
-		name,
-		ident,
-		PyFloat_FromDouble((double)f.wait / 1e6),
-		PyFloat_FromDouble((double)f.hold / 1e6),
-		PyFloat_FromDouble(*wait_ratio),
-		PyFloat_FromDouble((double)f.hold / (double)duration),
-		PyLong_FromUnsignedLongLong(f.acquisitions),
-		PyLong_FromUnsignedLongLong(f.convoy),
-		PyFloat_FromDouble((double)f.others / 1e6),
-	};
-	int n = start->tracked && start->switched ? 9 : 8;
-	int rc = -1;
-	for (int i = 0; i < 9; i++)
-		if (values[i] == NULL)
-			goto out;
-	rc = set_attributes(span, keys, values, n, attributes) ? -1 : 1;
-out:
-	for (int i = 0; i < 9; i++)
+	int n = 0, every = self->every, failed = 0;
+#define PUT(key, value) (keys[n] = (key), failed |= (values[n++] = (value)) == NULL)
+	PUT(k_thread_name, name);
+	PUT(k_thread_id, ident);
+	if (start->tracked && start->switched && (every || f.others))
+		PUT(k_others_hold_ms, PyFloat_FromDouble((double)f.others / 1e6));
+	PUT(k_wait_ms, PyFloat_FromDouble((double)f.wait / 1e6));
+	PUT(k_hold_ms, PyFloat_FromDouble((double)f.hold / 1e6));
+	PUT(k_wait_ratio, PyFloat_FromDouble(*wait_ratio));
+	if (every)
+		PUT(k_hold_ratio, PyFloat_FromDouble((double)f.hold / (double)duration));
+	if (every || f.acquisitions)
+		PUT(k_acquisitions, PyLong_FromUnsignedLongLong(f.acquisitions));
+	if (every || f.convoy)
+		PUT(k_convoy_waits, PyLong_FromUnsignedLongLong(f.convoy));
+#undef PUT
+	int rc = failed ? -1 : set_attributes(span, keys, values, n, attributes) ? -1 : 1;
+	for (int i = 0; i < n; i++)
 		Py_XDECREF(values[i]);
 	return rc;
 }
 
 static long long as_ns(PyObject *value, int *ok)
 {
-	long long ns = value ? PyLong_AsLongLong(value) : -1;
+	long long ns = value ? PyLong_AsLong(value) : -1; /* LP64: as wide, and quicker for 3-digit ints */
 	*ok = value != NULL && !PyErr_Occurred();
-	PyErr_Clear();
+	clear_error();
 	return ns;
 }
 
@@ -512,7 +561,7 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 	PyObject *span = args[0];
 	PyObject *start = lookup(span, s_start_attr);
 	if (start == NULL) { /* not a span of a provider with otel-gil */
-		PyErr_Clear();
+		clear_error();
 		return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
 	}
 	if (!PyObject_TypeCheck(start, &StartType)) { /* started by the Python hook */
@@ -532,7 +581,7 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 		context_end(st, span); /* what ran since the last charge point is its own: before any figure is read */
 	Py_XDECREF(end_obj);
 	Py_XDECREF(start_obj);
-	PyErr_Clear();
+	clear_error();
 	if (!simple) { /* ended already, an explicit end time (rare: checked against the slot there), odd
 	                * arguments, an SDK we do not know: the Python hook decides */
 		Py_DECREF(start);
@@ -545,21 +594,21 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 	PyObject *attributes = NULL;
 	int done = fast_figures(hooks, st, span, span_start, end_ns, now, &wait_ratio, &attributes);
 	if (done <= 0) { /* the Python hook's case; on an error it logs it once: never break the app */
-		PyErr_Clear();
+		clear_error();
 		Py_DECREF(start);
 		return python_end(self, args, nargs, kwnames);
 	}
 	if (st->metrics != Py_None) {
 		PyObject *kind = lookup(span, s_kind);
 		if (kind == hooks->server_kind && count_server_span(hooks, span, attributes, wait_ratio) != 0) {
-			PyErr_Clear(); /* anything unusual: record_server_span decides, and logs its own failures */
+			clear_error(); /* anything unusual: record_server_span decides, and logs its own failures */
 			PyObject *ratio = PyFloat_FromDouble(wait_ratio);
 			PyObject *r = ratio ? PyObject_CallFunctionObjArgs(hooks->py_server, start, span, ratio, NULL) : NULL;
 			Py_XDECREF(r);
 			Py_XDECREF(ratio);
 		}
 		Py_XDECREF(kind);
-		PyErr_Clear();
+		clear_error();
 	}
 	Py_XDECREF(attributes);
 	Py_DECREF(start);
@@ -582,7 +631,7 @@ static PyObject *start_vectorcall(SpanMethod *self, PyObject *const *args, size_
 		 * across an uninstrument() and instrument() keeps its snapshot. */
 		PyObject *current = PyObject_GetAttr((PyObject *)Py_TYPE(args[0]), s_start);
 		if (current == NULL)
-			PyErr_Clear();
+			clear_error();
 		else if (current != (PyObject *)self) {
 			PyObject *result = PyObject_Vectorcall(current, args, nargsf, kwnames);
 			Py_DECREF(current);
@@ -600,7 +649,7 @@ static PyObject *start_vectorcall(SpanMethod *self, PyObject *const *args, size_
 		Py_XDECREF(r);
 	}
 	Py_XDECREF(started);
-	PyErr_Clear(); /* the snapshot's failures are logged by the Python hook: never break the app */
+	clear_error(); /* the snapshot's failures are logged by the Python hook: never break the app */
 	return result;
 }
 
@@ -716,7 +765,8 @@ PyTypeObject HooksType = {
 	.tp_basicsize = sizeof(Hooks),
 	.tp_dealloc = (destructor)Hooks_dealloc,
 	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-	.tp_doc = "Hooks(registration, metrics, ok, on_start, end, server, server_kind): the span hooks, in C.",
+	.tp_doc = "Hooks(registration, metrics, ok, on_start, end, server, server_kind, every=False): the span hooks, in C "
+		  "(every: every figure on every span).",
 	.tp_traverse = (traverseproc)Hooks_traverse,
 	.tp_clear = (inquiry)Hooks_clear,
 	.tp_methods = Hooks_methods,
@@ -815,12 +865,20 @@ static int intern_all(void)
 		{&s_max_value_len, "max_value_len"}, {&s_maxlen, "maxlen"},
 		{&s_active, "_active"}, {&s_private_name, "_name"}, {&s_public_name, "name"}, {&s_kind, "_kind"},
 		{&s_set_attributes, "set_attributes"}, {&s_span_processor, "_span_processor"}, {&s_thread_key, "otel_gil.thread"},
-		{&s_start, "start"},
+		{&s_start, "start"}, {&s_lock, "_lock"}, {&s_locked, "locked"},
 	};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)
 			return -1;
-	return keys_from_semconv();
+	PyObject *thread = PyImport_ImportModule("_thread");
+	lock_type = thread ? (PyTypeObject *)PyObject_GetAttrString(thread, "LockType") : NULL;
+	Py_XDECREF(thread);
+	if (lock_type != NULL && !PyType_Check(lock_type)) {
+		Py_CLEAR(lock_type);
+		PyErr_SetString(PyExc_TypeError, "_thread.LockType is not a type");
+	}
+	lock_locked = lock_type ? PyObject_GetAttrString((PyObject *)lock_type, "locked") : NULL;
+	return lock_locked == NULL ? -1 : keys_from_semconv();
 }
 
 static struct PyModuleDef fastspan_module = {

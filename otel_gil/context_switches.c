@@ -74,6 +74,7 @@ typedef struct {
 	PyObject *loop;       /* the running loop last checked (before 3.14) */
 	int loop_seen;        /* ... whose switches are seen */
 	PyObject *tracer;     /* this thread's greenlet tracer, once set */
+	Py_ssize_t modules;   /* len(sys.modules) when greenlet was last looked for */
 	struct switch_entry *log; /* who ran from when (LOG_LEN, from the thread's first switch) */
 	uint64_t logged;
 	struct seen seen[SEEN_LEN]; /* by the context's address: a switch back finds its Start here */
@@ -325,6 +326,7 @@ static void switched(Charges *tc, Start *next /* stolen; NULL: look it up */, in
 /* Before 3.14 only stdlib loops switch through Context.run: a span on a thread running
  * any other loop (uvloop) cannot be told from its neighbours'. */
 static PyObject *get_running_loop, *base_loop; /* asyncio's, once it is loaded */
+static PyCFunction running_loop_c; /* ... its C function where it takes no arguments: called directly */
 
 static void check_loop(Charges *tc)
 {
@@ -335,6 +337,9 @@ static void check_loop(Charges *tc)
 			base_loop = PyObject_GetAttrString(base, "BaseEventLoop");
 			if (get_running_loop == NULL || base_loop == NULL)
 				Py_CLEAR(get_running_loop);
+			else if (PyCFunction_Check(get_running_loop) &&
+				 (PyCFunction_GetFlags(get_running_loop) & ~METH_COEXIST) == METH_NOARGS)
+				running_loop_c = PyCFunction_GetFunction(get_running_loop);
 		}
 		Py_XDECREF(events);
 		Py_XDECREF(base);
@@ -342,10 +347,11 @@ static void check_loop(Charges *tc)
 		if (get_running_loop == NULL)
 			return;
 	}
-	PyObject *loop = PyObject_CallNoArgs(get_running_loop);
+	PyObject *loop = running_loop_c ? running_loop_c(PyCFunction_GetSelf(get_running_loop), NULL)
+				      : PyObject_CallNoArgs(get_running_loop);
 	if (loop == NULL || loop == Py_None) {
 		Py_XDECREF(loop);
-		PyErr_Clear();
+		clear_error();
 		return;
 	}
 	if (loop != tc->loop) {
@@ -400,14 +406,20 @@ static PyTypeObject TracerType = {
 	.tp_doc = "greenlet.settrace callback: every greenlet switch is a charge point (then the previous tracer).",
 };
 
-/* Trace this thread's greenlet switches, once greenlet is loaded. */
+/* Trace this thread's greenlet switches, once greenlet is loaded (looked for again only
+ * where sys.modules changed size since: no import machinery, mostly no lookup). */
 static void trace_greenlets(Charges *tc)
 {
-	PyObject *greenlet = PyImport_GetModule(s_greenlet);
+	PyObject *modules = PyImport_GetModuleDict();
+	if (!PyDict_Check(modules) || PyDict_GET_SIZE(modules) == tc->modules)
+		return;
+	tc->modules = PyDict_GET_SIZE(modules);
+	PyObject *greenlet = PyDict_GetItemWithError(modules, s_greenlet);
 	if (greenlet == NULL) {
-		PyErr_Clear();
+		clear_error();
 		return;
 	}
+	Py_INCREF(greenlet);
 	Tracer *tracer = PyObject_New(Tracer, &TracerType);
 	if (tracer != NULL) {
 		tracer->vectorcall = (vectorcallfunc)Tracer_vectorcall;
@@ -432,7 +444,7 @@ static uint64_t span_id_of(PyObject *span_context)
 {
 	if (span_context == NULL || !PyTuple_Check(span_context) || PyTuple_GET_SIZE(span_context) < 3)
 		return 0;
-	uint64_t id = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(span_context, 1));
+	uint64_t id = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(span_context, 1)); /* LP64: quicker than ...LongLong */
 	if (PyErr_Occurred()) {
 		PyErr_Clear();
 		return 0;
@@ -447,7 +459,7 @@ static Start *parent_of(Charges *tc, PyObject *span)
 	uint64_t id = span_id_of(parent);
 	int remote = id && PyObject_IsTrue(PyTuple_GET_ITEM(parent, 2)) == 1;
 	Py_XDECREF(parent);
-	PyErr_Clear();
+	clear_error();
 	if (!id || remote)
 		return NULL;
 	int depth = 0;
@@ -483,7 +495,7 @@ void context_start(Hooks *hooks, Start *start, PyObject *span)
 		return;
 	Charges *tc = charges_here();
 	if (tc == NULL) {
-		PyErr_Clear();
+		clear_error();
 		return;
 	}
 	if (tc->tracer == NULL)
@@ -502,7 +514,7 @@ void context_start(Hooks *hooks, Start *start, PyObject *span)
 	start->span_id = span_id_of(ctx);
 	start->name = name;
 	Py_XDECREF(ctx);
-	PyErr_Clear();
+	clear_error();
 	start->parent = parent_of(tc, span);
 	start->home_tid = tc->tid;
 	start->switches = tc->switches;
@@ -524,10 +536,10 @@ void context_end(Start *start, PyObject *span)
 		Py_XSETREF(start->name, name);
 	else
 		Py_XDECREF(name);
-	PyErr_Clear();
+	clear_error();
 	Charges *tc = charges_here();
 	if (tc == NULL) {
-		PyErr_Clear();
+		clear_error();
 		Py_CLEAR(start->prev_running);
 		return;
 	}

@@ -16,6 +16,11 @@ OTEL_GIL_REGISTER_TIMEOUT_S = "OTEL_GIL_REGISTER_TIMEOUT_S"
 OTEL_GIL_NO_EXTENSIONS = "OTEL_GIL_NO_EXTENSIONS"
 """Set to 1 to use the Python span hooks even where the C ones (``otel_gil._fastspan``) were built."""
 
+OTEL_GIL_ALL_ATTRIBUTES = "OTEL_GIL_ALL_ATTRIBUTES"
+"""Set to 1 to put every figure on every span: ``gil.hold_ratio``, and ``gil.acquisitions``,
+``gil.convoy_waits`` and ``gil.others_hold_ms`` also where they are 0 (default: only where they
+are not; ``otel_gil.semconv.ALWAYS`` are on every span with figures)."""
+
 DEFAULT_SOCKET = "/run/otel-gil/otel-gil.sock"
 
 OTEL_GIL_BACKEND = "OTEL_GIL_BACKEND"

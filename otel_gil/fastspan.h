@@ -26,6 +26,9 @@
 
 #define HIDDEN __attribute__((visibility("hidden")))
 
+/* PyLong_AsLong for span ids and times: quicker than the ...LongLong calls, as wide on LP64. */
+_Static_assert(sizeof(long) == 8, "otel_gil._fastspan needs a 64-bit long (LP64)");
+
 /* A thread's figures, open wait and hold closed at some instant. */
 struct counters {
 	uint64_t wait_ns, hold_ns, acquisitions, convoy_waits, long_waits;
@@ -91,6 +94,7 @@ typedef struct {
 	RatioCounter *ratios;  /* the metrics' counter, where it is this module's; else NULL: py_server counts */
 	PyObject *threading;
 	PyObject *end_time_kwnames; /* ("end_time",) */
+	PyObject *state;       /* the registration's state (client.State) last seen registered, with that ring */
 	PyObject *ring;        /* the ring the cached fields below describe */
 	const char *base;
 	uint32_t nslots;
@@ -98,6 +102,7 @@ typedef struct {
 	long generation;       /* the registration's, when the ring was last looked up */
 	unsigned long seen_forks; /* forks when the backend last checked its pid */
 	int enabled;
+	int every;             /* OTEL_GIL_ALL_ATTRIBUTES: every figure on every span (spans.carried) */
 } Hooks;
 
 extern HIDDEN PyTypeObject HooksType;
@@ -180,6 +185,13 @@ static inline void read_counters(const char *base, uint32_t nslots, uint64_t now
 		return;
 	}
 	slot_counters(slot_at(base, index), now, out);
+}
+
+/* PyErr_Clear() where an error is set: the call alone costs what a dict lookup does. */
+static inline void clear_error(void)
+{
+	if (PyErr_Occurred())
+		PyErr_Clear();
 }
 
 /* getattr(obj, name, NULL) without raising (and paying for) an AttributeError. */

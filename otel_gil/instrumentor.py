@@ -12,6 +12,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
 from otel_gil import backend, parks, threads, wait_spans
 from otel_gil.environment_variables import (
+    OTEL_GIL_ALL_ATTRIBUTES,
     OTEL_GIL_LONG_WAIT_MS,
     OTEL_GIL_NO_EXTENSIONS,
     OTEL_GIL_REGISTER_TIMEOUT_S,
@@ -36,6 +37,10 @@ def _env_float(name: str, default: float) -> float:
         return default
 
 
+def _env_true(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
+
+
 class GilInstrumentor(BaseInstrumentor):
     """Puts GIL wait and hold time on every span.
 
@@ -43,7 +48,8 @@ class GilInstrumentor(BaseInstrumentor):
     must be the SDK's), ``meter_provider`` (default: the global one), ``backend`` (``auto``, ``inprocess``
     or ``collector``; default ``$OTEL_GIL_BACKEND`` or auto), ``socket_path`` (default ``$OTEL_GIL_SOCKET``),
     ``long_wait_ms``, ``wait_spans_ms`` (0: no ``gil.wait`` child spans; default
-    ``$OTEL_GIL_WAIT_SPANS_MS``, else the switch interval) and ``register_timeout_s`` (defaults from the environment).
+    ``$OTEL_GIL_WAIT_SPANS_MS``, else the switch interval), ``register_timeout_s`` and ``all_attributes``
+    (every figure on every span; default ``$OTEL_GIL_ALL_ATTRIBUTES``) (defaults from the environment).
     """
 
     _backend: Optional[backend.Backend] = None
@@ -68,7 +74,7 @@ class GilInstrumentor(BaseInstrumentor):
         wait_spans.configure(kwargs.get("wait_spans_ms", _env_float(OTEL_GIL_WAIT_SPANS_MS, sys.getswitchinterval() * 1e3)))
         parks.start(int(long_wait_ms * 1e6))  # a free-threaded build without its GIL: parked time instead
         source = backend.start(kwargs.get("backend"), kwargs.get("socket_path"), int(long_wait_ms * 1e6), timeout)
-        fast = os.environ.get(OTEL_GIL_NO_EXTENSIONS, "").strip().lower() not in ("1", "true", "yes")
+        fast = not _env_true(OTEL_GIL_NO_EXTENSIONS)
         meter_provider = kwargs.get("meter_provider") or metrics.get_meter_provider()
         gil_metrics = GilInstrumentor._metrics
         if gil_metrics is not None and GilInstrumentor._meter_provider is meter_provider:
@@ -76,7 +82,8 @@ class GilInstrumentor(BaseInstrumentor):
         else:
             gil_metrics = GilMetrics(source, metrics.get_meter(__name__, __version__, meter_provider), fast)
             GilInstrumentor._metrics, GilInstrumentor._meter_provider = gil_metrics, meter_provider
-        processor = GilSpanProcessor(source, gil_metrics, fast=fast)
+        every = kwargs.get("all_attributes", _env_true(OTEL_GIL_ALL_ATTRIBUTES))
+        processor = GilSpanProcessor(source, gil_metrics, fast=fast, every_attribute=every)
         hook_provider(provider, processor)
         threads.watch_starts()  # metrics name a thread even if it exits between two reads
         GilInstrumentor._backend, GilInstrumentor._processor = source, processor

@@ -4,6 +4,8 @@
   figures (README.md's table of them is this one: a unit test compares the two).
 - :data:`ATTRIBUTES`: span and event attribute keys and metric attribute keys -> meaning.
 - :data:`EVENTS`: the event (and child span) name -> meaning.
+- :data:`ALWAYS`, :data:`WHEN_NONZERO`, :data:`EVERY_ONLY`: which figures a span carries (the "On a span"
+  column of README.md's attribute table says the same: a unit test compares the two).
 - :data:`C_HOOK_KEYS`: the keys the C span hooks (``otel_gil/_fastspan.c``) set; they read them from here.
 
 No dependency: the collector reads the statuses it answers with through ``otel_gil.protocol``.
@@ -151,6 +153,17 @@ PARKED_TIME = "cpython.parked.time"  # the metric (s), by PARK_KIND
 HTTP_ROUTE = _key("http.route", "a server span's route: the gil.wait_ratio histogram's series")
 LE = _key("le", "a gil.wait_ratio.bucket's upper bound (Prometheus' classic histogram)")
 REASON = _key("reason", "why: a gil.location.misses location not read, a gil.spans.dropped span's figures")
+
+# Which figures a span with them carries: writing an attribute costs the span more than reading the GIL's
+# counters, so a calm span writes the fewest. OTEL_GIL_ALL_ATTRIBUTES=1 puts all of them on every span.
+# The blocker's attributes come only with a long wait, gil.status only where a span lacks figures; the
+# metrics count every span whatever it carries.
+ALWAYS = (THREAD_NAME, THREAD_ID, GIL_WAIT_MS, GIL_HOLD_MS, GIL_WAIT_RATIO)
+"""On every span with figures: what users filter and alert on, and whose thread it ran on."""
+WHEN_NONZERO = (GIL_ACQUISITIONS, GIL_CONVOY_WAITS, GIL_OTHERS_HOLD_MS, GIL_LONG_WAITS_DROPPED)
+"""Counters that say nothing at 0: only where they are not."""
+EVERY_ONLY = (GIL_HOLD_RATIO,)
+"""Derived from the others (gil.hold_ms / the span's duration): only with OTEL_GIL_ALL_ATTRIBUTES."""
 
 # The keys the C span hooks set (otel_gil/_fastspan.c reads each from here by its name).
 C_HOOK_KEYS = (THREAD_NAME, THREAD_ID, GIL_WAIT_MS, GIL_HOLD_MS, GIL_WAIT_RATIO, GIL_HOLD_RATIO, GIL_ACQUISITIONS,

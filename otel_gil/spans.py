@@ -33,7 +33,7 @@ from otel_gil.semconv import (COLLECTOR_CHANGED, CROSS_THREAD, END_PASSED, GIL_A
                               GIL_DISABLED, GIL_HOLD_MS, GIL_HOLD_RATIO, GIL_LONG_WAITS_DROPPED, GIL_OTHERS_HOLD_MS,
                               GIL_STATUS, GIL_TURNED_ON, GIL_WAIT, GIL_WAIT_MS, GIL_WAIT_RATIO, HTTP_ROUTE, INCONSISTENT,
                               REGISTERED, SHARED_THREAD, THREAD_ID, THREAD_NAME, TOP_BLOCKER, TOP_BLOCKER_HOLD_MS,
-                              TOP_BLOCKER_THREAD, UNTRACKED)
+                              TOP_BLOCKER_THREAD, UNTRACKED, EVERY_ONLY, WHEN_NONZERO)
 
 log = logging.getLogger("otel_gil")
 
@@ -50,6 +50,7 @@ _SNAPSHOT_ATTR = "_otel_gil_start"
 _THREAD_KEYS = (THREAD_NAME, THREAD_ID)  # set on every span, copied onto its wait spans
 CLOCK_SLACK_NS = 50_000  # wait + hold may pass the duration by the clocks' reads around a span
 _local = threading.local()
+_every_attribute = False  # OTEL_GIL_ALL_ATTRIBUTES: GilSpanProcessor sets it, the C hooks get their own copy
 
 
 class Own(NamedTuple):
@@ -346,16 +347,21 @@ class GilSpanProcessor(SpanProcessor):
 
     :func:`hook_provider` puts it on a provider. ``fast``: the C hooks, where they were built;
     they take ``Span.start``'s place instead of being called as a span processor.
+    ``every_attribute``: every figure on every span (``carried``).
     """
 
-    def __init__(self, registration: Backend, metrics: Optional[GilMetrics] = None, fast: bool = True) -> None:
+    def __init__(self, registration: Backend, metrics: Optional[GilMetrics] = None, fast: bool = True,
+                 every_attribute: bool = False) -> None:
+        global _every_attribute
+        _every_attribute = every_attribute
         self.registration = registration
         self.metrics = metrics
         self._hooks = None
         self._scope = None  # the provider's span processor, where Span.start snapshots in C
         if fast and _fastspan is not None:
             self._hooks = _fastspan.Hooks(
-                registration, metrics, REGISTERED, self._snapshot_onto, end_wrapper, record_server_span, SpanKind.SERVER
+                registration, metrics, REGISTERED, self._snapshot_onto, end_wrapper, record_server_span, SpanKind.SERVER,
+                every_attribute
             )
         self._enabled = True
 
@@ -470,7 +476,7 @@ def end_wrapper(wrapped, instance: Span, args, kwargs):
     end_time = args[0] if args else kwargs.get("end_time")
     try:
         attrs, events, end_time = figures(start, instance.start_time, end_time)
-        _set_attributes(instance, attrs)
+        _set_attributes(instance, carried(attrs))
         for name, attributes, timestamp, _ in events:
             instance.add_event(name, attributes, timestamp)
         wait_spans.draw(instance, start, events, {k: attrs[k] for k in _THREAD_KEYS}, start_of=_started,
@@ -497,15 +503,23 @@ def record_server_span(start: _Start, span: Span, wait_ratio: float) -> None:
         _log_once("otel-gil: recording the GIL wait ratio of a server span failed")
 
 
+def carried(attrs: dict) -> dict:
+    """The attributes a span carries of those computed (``semconv.ALWAYS``, ``WHEN_NONZERO``,
+    ``EVERY_ONLY``): all of them with ``OTEL_GIL_ALL_ATTRIBUTES``."""
+    if _every_attribute:
+        return attrs
+    return {k: v for k, v in attrs.items() if not (k in EVERY_ONLY or (k in WHEN_NONZERO and not v))}
+
+
 def _set_attributes(span: Span, attrs: dict) -> None:
-    """``span.set_attributes(attrs)``, without the SDK's per-value cleaning where that is safe.
+    """``span.set_attributes(attrs)`` in one pass, without the SDK's per-value cleaning where that is safe.
 
     Our values are already clean (numbers, a thread name): with room under the
     span's attribute limits, they go straight into its attribute dict, under the
-    span's and the dict's locks, as ``set_attributes`` would leave them. Cleaning
-    eight values costs more than everything else otel-gil does per span.
-    Anything unexpected (another SDK's internals, limits that would apply) takes
-    the public path.
+    span's and the dict's locks taken once, as ``set_attributes`` would leave them
+    (a key already there moves to the end). Cleaning each value costs more than
+    everything else otel-gil does per span. Anything unexpected (another SDK's
+    internals, limits that would apply) takes the public path.
     """
     bounded = getattr(span, "_attributes", None)
     target, lock = getattr(bounded, "_dict", None), getattr(bounded, "_lock", None)
@@ -516,6 +530,8 @@ def _set_attributes(span: Span, attrs: dict) -> None:
     ):
         with span._lock, lock:
             if span.end_time is None:
+                for key in attrs:
+                    target.pop(key, None)
                 target.update(attrs)
                 return
     span.set_attributes(attrs)

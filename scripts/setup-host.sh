@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what the collector needs on a Debian/Ubuntu host (idempotent; needs root):
 # bcc's Python bindings and the running kernel's headers; and what the tests and
-# benchmarks drive: chromium (renders timelines), tmux (drives otel-gil top), wrk. Kernels without a headers
+# benchmarks drive: chromium (renders timelines), tmux (drives otel-gil top), wrk, valgrind. Kernels without a headers
 # package of their own (cloud/VM builds) get the distribution's nearest headers,
 # linked where bcc looks for them.
 set -euo pipefail
@@ -17,6 +17,7 @@ command -v objcopy >/dev/null || need+=(binutils)
 command -v chromium >/dev/null || need+=(chromium)
 command -v tmux >/dev/null || need+=(tmux)
 command -v wrk >/dev/null || need+=(wrk)
+command -v valgrind >/dev/null || need+=(valgrind)  # counts instructions where the CPU has no counters (bench/instructions.py)
 dpkg -s catatonit >/dev/null 2>&1 || need+=(catatonit)  # podman kube play's pause image (scripts/kube.py)
 # The single-node Kubernetes of scripts/kube-cluster.sh: its node's runtime, network and store.
 for package in containerd runc containernetworking-plugins etcd-server; do

@@ -210,7 +210,7 @@ def check_own_hold(service: str, answers: dict[str, dict]) -> list[dict]:
 def test_each_request_gets_its_own_hold(truth_app, server, route, shared):
     svc, service = truth_app(server)
     spans = check_own_hold(service, load(svc.address, route))
-    others = [s["tags"]["gil.others_hold_ms"] for s in spans if s["tags"].get("span.kind") == "server"]
+    others = [s["tags"].get("gil.others_hold_ms", 0) for s in spans if s["tags"].get("span.kind") == "server"]  # absent at 0
     if shared:  # its thread (the loop, the hub) ran the other requests' code most of the time it was in flight
         assert statistics.median(others) > 10, others[:10]
     else:

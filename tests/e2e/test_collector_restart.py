@@ -10,7 +10,7 @@ import time
 
 from helpers import drive, stack
 
-FIGURES = ("gil.wait_ms", "gil.hold_ms", "gil.wait_ratio", "gil.hold_ratio", "gil.acquisitions", "gil.convoy_waits")
+FIGURES = ("gil.wait_ms", "gil.hold_ms", "gil.wait_ratio", "gil.acquisitions", "gil.convoy_waits")  # the last two where not 0
 
 PORT = 18090
 
@@ -57,8 +57,8 @@ def test_kill_9_under_load_fails_no_request(jaeger, tmp_path):
                 assert not [k for k in FIGURES if k in tags], tags
                 continue
             assert tags["gil.wait_ms"] + tags["gil.hold_ms"] <= duration_ms + 0.051, (duration_ms, tags)
-            assert 0 <= tags["gil.wait_ratio"] <= 1 and 0 <= tags["gil.hold_ratio"] <= 1, tags
-            assert min(tags[k] for k in FIGURES) >= 0, tags
+            assert 0 <= tags["gil.wait_ratio"] <= 1 and 0 <= tags["gil.hold_ms"] <= duration_ms + 0.051, tags
+            assert min(tags[k] for k in FIGURES if k in tags) >= 0, tags
     finally:
         app.stop()
         first.stop()

@@ -206,7 +206,7 @@ def test_thread_churn_keeps_every_span_right(collector, backend):
             assert "gil.status" not in a, a
             # Nothing from another thread (a reused tid's old slot, say) leaks into a span.
             assert 0 <= a["gil.hold_ms"] and a["gil.hold_ms"] + a["gil.wait_ms"] <= s["duration_ns"] / 1e6 + 0.01, s
-            if a["gil.acquisitions"] == 0:  # held the GIL throughout the span
+            if "gil.acquisitions" not in a:  # none: held the GIL throughout the span (a counter is there where not 0)
                 excess.append(a["gil.hold_ms"] - a["truth.hold_ns"] / 1e6)
         # A span that gave the GIL up (a forced switch can come between the truth's clock
         # reads and the PyDLL call) held it for less than the truth window: those are left out.

@@ -14,7 +14,8 @@ from opentelemetry.trace import SpanKind
 
 from otel_gil import protocol
 from otel_gil.metrics import GilMetrics
-from otel_gil.semconv import ATTACH_FAILED, ATTRIBUTES, C_HOOK_KEYS, COLLECTOR_ERROR, EVENTS, INTERNAL, STATUSES
+from otel_gil.semconv import (ALWAYS, ATTACH_FAILED, ATTRIBUTES, C_HOOK_KEYS, COLLECTOR_ERROR, EVENTS, EVERY_ONLY, INTERNAL,
+                              STATUSES, WHEN_NONZERO)
 from synthetic import log_hold, log_location, make_ring, record_wait
 from test_spans import FakeRegistration, fast, hooked, my_slot, wait_spans_at  # noqa: F401 (fixtures)
 
@@ -28,6 +29,16 @@ def readme_statuses() -> dict[str, str]:
     rows = [re.fullmatch(r"\| `([a-z_]+)` \| (.+) \|", line) for line in table.splitlines()]
     assert rows and all(rows), table
     return {row[1]: row[2] for row in rows}
+
+
+def test_the_readme_says_which_attributes_a_span_carries_as_semconv_does():
+    """The "On a span" column of README.md's attribute table: always, where not 0, with the switch."""
+    table = (ROOT / "README.md").read_text().split("| Attribute | Type | On a span | Meaning |\n|---|---|---|---|\n", 1)[1]
+    rows = [line.split(" | ") for line in table.split("\n\n", 1)[0].splitlines()]
+    carried = {row[0].strip("|` "): row[2] for row in rows}
+    assert {k for k, v in carried.items() if v == "always"} == set(ALWAYS)
+    assert {k for k, v in carried.items() if v == "where not 0"} == set(WHEN_NONZERO)
+    assert {k for k, v in carried.items() if v == "with `OTEL_GIL_ALL_ATTRIBUTES=1`"} == set(EVERY_ONLY)
 
 
 def test_the_readme_lists_every_status_with_its_meaning():

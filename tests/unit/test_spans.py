@@ -18,7 +18,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_gil import ring as ringlib
 from otel_gil import spans, threads, wait_spans
 from otel_gil.client import Registration, RingState
-from otel_gil.semconv import COLLECTOR_CHANGED, END_PASSED, INCONSISTENT, NO_COLLECTOR, PENDING, REGISTERED
+from otel_gil.semconv import (ALWAYS, COLLECTOR_CHANGED, END_PASSED, GIL_ACQUISITIONS, GIL_CONVOY_WAITS, GIL_HOLD_MS,
+                              GIL_HOLD_RATIO, GIL_WAIT_MS, INCONSISTENT, NO_COLLECTOR, PENDING, REGISTERED, THREAD_NAME)
 from otel_gil.spans import GilSpanProcessor
 from synthetic import log_hold, log_location, make_ring, record_wait, ring_bytes, slot_for
 
@@ -34,11 +35,11 @@ class FakeRegistration(RingState):
         pass
 
 
-def processor(reg, metrics=None, *, fast: bool) -> GilSpanProcessor:
+def processor(reg, metrics=None, *, fast: bool, every: bool = False) -> GilSpanProcessor:
     """The C hooks (otel_gil/_fastspan.c, built by ``pip install -e .``) or the Python ones."""
     if fast and spans._fastspan is None:
         pytest.fail("otel_gil._fastspan is not built: pip install -e . (needs a C compiler and Python.h)")
-    made = GilSpanProcessor(reg, metrics, fast=fast)
+    made = GilSpanProcessor(reg, metrics, fast=fast, every_attribute=every)
     assert (made._hooks is None) is not fast
     return made
 
@@ -49,11 +50,11 @@ def fast(request) -> bool:
 
 
 @contextmanager
-def hooked(reg: FakeRegistration, fast: bool, metrics=None, **provider_kwargs):
+def hooked(reg: FakeRegistration, fast: bool, metrics=None, every: bool = False, **provider_kwargs):
     """A TracerProvider with otel-gil's hooks on ``reg`` and an in-memory exporter: (tracer, processor, exporter)."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider(**provider_kwargs)
-    gil = processor(reg, metrics, fast=fast)
+    gil = processor(reg, metrics, fast=fast, every=every)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     spans.hook_provider(provider, gil)
     threads.watch_starts()  # as instrument() does: blockers are named by who had their tid when
@@ -91,9 +92,25 @@ def test_figures_are_the_difference_over_the_span(setup):
     assert (a["gil.wait_ms"], a["gil.hold_ms"], a["gil.acquisitions"], a["gil.convoy_waits"]) == (12.0, 4.0, 5, 2)
     duration_ms = (span.end_time - span.start_time) / 1e6
     assert a["gil.wait_ratio"] == pytest.approx(12 / duration_ms, rel=0.05)
-    assert a["gil.hold_ratio"] == pytest.approx(4 / duration_ms, rel=0.05)
     assert a["thread.name"] == threading.current_thread().name
-    assert "gil.status" not in a
+    assert "gil.status" not in a and "gil.hold_ratio" not in a  # hold_ms / duration: OTEL_GIL_ALL_ATTRIBUTES only
+
+
+@pytest.mark.parametrize("every", [False, True], ids=["default", "all-attributes"])
+def test_a_calm_span_carries_the_fewest_attributes(fast, every):
+    """No acquisition, no convoy: semconv.ALWAYS alone; every figure with OTEL_GIL_ALL_ATTRIBUTES."""
+    ring = make_ring()
+    with hooked(FakeRegistration(ring), fast, every=every) as (tracer, _, exporter):
+        s = my_slot(ring)
+        with tracer.start_as_current_span("calm"):
+            s.hold_ns += 1_000_000
+            time.sleep(0.005)  # longer than the hold
+    (span,) = exporter.get_finished_spans()
+    extra = {GIL_HOLD_RATIO: pytest.approx(1e6 / (span.end_time - span.start_time), rel=0.05), GIL_ACQUISITIONS: 0,
+             GIL_CONVOY_WAITS: 0}
+    assert list(span.attributes) == [*ALWAYS, *(extra if every else ())], dict(span.attributes)
+    assert span.attributes[GIL_HOLD_MS] == 1.0 and span.attributes[GIL_WAIT_MS] == 0.0
+    assert {k: span.attributes[k] for k in extra if every} == (extra if every else {})
 
 
 def test_thread_id_is_the_managed_id_logs_carry(setup):
@@ -257,7 +274,7 @@ def test_explicit_end_time_and_double_end(setup):
     span.end(end_time=span.start_time + 1_000_000)
     span.end()  # the SDK warns; we add nothing to an ended span
     (done,) = exporter.get_finished_spans()
-    assert done.attributes["gil.acquisitions"] == 0
+    assert list(done.attributes) == list(ALWAYS), dict(done.attributes)  # once, and counters at 0 left out
 
 
 def test_an_end_time_in_the_past_closes_open_intervals_there(setup):
@@ -404,17 +421,26 @@ def test_wait_ratio_routes_are_bounded_and_buckets_exact(fast):
     assert count == 6 and total == pytest.approx(2.821)
 
 
-def test_attribute_limits_hold(fast):
-    """Where the span's limits would drop values, the figures go through set_attributes."""
+@pytest.mark.parametrize("limit", [None, 4], ids=["no-limit", "limit-4"])
+def test_figures_land_as_set_attributes_leaves_them(fast, limit):
+    """Written in one pass, the figures leave what set_attributes would: a key the app had set
+    moves to the end, a limit drops the oldest and counts them."""
     from opentelemetry.sdk.trace import SpanLimits
 
     ring = make_ring()
-    with hooked(FakeRegistration(ring), fast, span_limits=SpanLimits(max_span_attributes=4)) as (tracer, _, exporter):
+    own = {"gil.wait_ms": -1.0, "app": 1}
+    limits = SpanLimits(max_span_attributes=limit)
+    with hooked(FakeRegistration(ring), fast, span_limits=limits) as (tracer, _, exporter):
         my_slot(ring)
-        with tracer.start_as_current_span("x", attributes={"app": 1}):
+        with tracer.start_as_current_span("x", attributes=own):
             pass
     (span,) = exporter.get_finished_spans()
-    assert len(span.attributes) == 4 and span.dropped_attributes == 5, dict(span.attributes)
+    written = {THREAD_NAME: threading.current_thread().name}  # (the oldest of ours: a limit of 4 drops it)
+    written.update({k: span.attributes[k] for k in ALWAYS if k in span.attributes})
+    reference = TracerProvider(span_limits=limits).get_tracer("reference").start_span("x", attributes=own)
+    reference.set_attributes(written)
+    assert list(span.attributes.items()) == list(reference.attributes.items())
+    assert span.dropped_attributes == reference.dropped_attributes == (0 if limit is None else 2)
 
 
 def test_a_shut_down_processor_adds_nothing(fast):
@@ -458,7 +484,7 @@ def test_a_start_in_flight_across_a_reinstrument_keeps_its_snapshot():
     finally:
         spans.unwrap_span()
     (done,) = exporter.get_finished_spans()
-    assert done.attributes["gil.acquisitions"] == 0 and "gil.status" not in done.attributes, dict(done.attributes)
+    assert list(done.attributes) == list(ALWAYS), dict(done.attributes)  # figures, no status
 
 
 def test_only_the_hooked_providers_spans_get_figures(setup):
