@@ -160,7 +160,7 @@ REASON = _key("reason", "why: a gil.location.misses location not read, a gil.spa
 # metrics count every span whatever it carries.
 ALWAYS = (THREAD_NAME, THREAD_ID, GIL_WAIT_MS, GIL_HOLD_MS, GIL_WAIT_RATIO)
 """On every span with figures: what users filter and alert on, and whose thread it ran on."""
-WHEN_NONZERO = (GIL_ACQUISITIONS, GIL_CONVOY_WAITS, GIL_OTHERS_HOLD_MS, GIL_LONG_WAITS_DROPPED)
+WHEN_NONZERO = (GIL_ACQUISITIONS, GIL_CONVOY_WAITS, GIL_OTHERS_HOLD_MS, GIL_LONG_WAITS_DROPPED, GIL_WAIT_SPANS_DROPPED)
 """Counters that say nothing at 0: only where they are not."""
 EVERY_ONLY = (GIL_HOLD_RATIO,)
 """Derived from the others (gil.hold_ms / the span's duration): only with OTEL_GIL_ALL_ATTRIBUTES."""
