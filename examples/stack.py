@@ -205,9 +205,10 @@ def app_command(framework: str, server: str, port: int, workers: int = 2, preloa
 def start_app(
     framework: str, server: str, port: int, service_name: str, socket_path: str, log: Path,
     hog: bool = True, workers: int = 2, preload: bool = False, metrics: bool = False, timeout: float = 60,
-    backend: str = "auto",
+    backend: str = "auto", python_hooks: bool = False,
 ) -> Service:
-    """An example app exporting spans to Jaeger and, with ``metrics``, metrics to Prometheus every second."""
+    """An example app exporting spans to Jaeger and, with ``metrics``, metrics to Prometheus every second;
+    with ``python_hooks``, otel_gil's Python span hooks alone (OTEL_GIL_NO_EXTENSIONS=1)."""
     argv, cwd = app_command(framework, server, port, workers, preload)
     env = {
         **os.environ,
@@ -225,6 +226,7 @@ def start_app(
         "EXAMPLE_GIL_HOG": "1" if hog else "0",
         "DJANGO_SETTINGS_MODULE": "gilsite.settings",
         "PYTHONPATH": str(ROOT),
+        **({"OTEL_GIL_NO_EXTENSIONS": "1"} if python_hooks else {}),
     }
     return start_web(f"{framework}/{server}", argv, cwd, env, port, log, timeout)
 

@@ -8,6 +8,7 @@
 #   otel/opentelemetry-collector-contrib:0.140.1  images/otelcol: a distribution of the Collector Builder
 #
 # Usage: scripts/images.sh podman|docker   (the engine that gets them; prints nothing on success)
+# OTEL_GIL_IMAGES_PULL=none: an image the engine lacks is built here, never pulled (as where no registry answers).
 # A built image is cached like Jaeger's build: ${OTEL_GIL_CACHE:-/var/cache/otel-gil}/images/NAME-HASH.tar,
 # HASH of all that makes it (recipe, build context, base image), one build at a time (flock);
 # an engine without the image loads the archive, a change to the recipe builds it anew (the
@@ -140,7 +141,9 @@ ensure() {  # IMAGE: in the engine, pulled or built by this recipe
     local image=$1 have hash slug archive start=$SECONDS
     have=$(recipe_of "$image")
     [ -n "$have" ] || return 0  # pulled: the registry's own
-    if [ "$have" = missing ] && "$engine" pull -q "$image" >/dev/null 2>&1; then return 0; fi
+    if [ "$have" = missing ] && [ "${OTEL_GIL_IMAGES_PULL:-}" != none ] && "$engine" pull -q "$image" >/dev/null 2>&1; then
+        return 0
+    fi
     hash=$(recipe "$image")
     slug=$(echo "${image#docker.io/}" | tr '/:' '__')
     archive=$cache/$slug-$hash.tar

@@ -440,6 +440,11 @@ def drive(url: str, routes: str, requests: int, concurrency: int = 4) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def python_hooks_in(pid: int) -> bool:
+    """Whether process ``pid`` runs otel_gil's Python span hooks alone (started with OTEL_GIL_NO_EXTENSIONS=1)."""
+    return b"\0OTEL_GIL_NO_EXTENSIONS=1\0" in b"\0" + Path(f"/proc/{pid}/environ").read_bytes()
+
+
 def server_spans(service: str, operation: str, count: int) -> list[dict]:
     """At least ``count`` server spans of ``operation`` from Jaeger (waits for batched exports)."""
     spans = [s for s in stack.wait_for_spans(service, operation, count) if s["tags"].get("span.kind") == "server"]

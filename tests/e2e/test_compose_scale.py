@@ -37,6 +37,7 @@ RECORD_FILE = Path(__file__).with_name("compose-scale-record.yml")
 SAMPLE_PERCENT = 5
 GROUPED_S = 2  # otel-gateway.yaml's groupbytrace wait_duration: a trace reaches its sampler so long after it began
 DECISION_WAIT_S = 5  # gil-tail-sampling.yaml's
+APP_BATCH_S = 1  # OTEL_BSP_SCHEDULE_DELAY: the apps export a span up to so long after it ended
 SETTLED_S = 15  # a trace's last span in Jaeger: the apps' batch (1 s), grouping, decision_wait, the samplers' batch
 # Who calls whom: about a quarter of the requests GIL-bound, in the frontend (async-app's hog) or
 # the backend (flask-backend's); whether the policy keeps a trace is judged from its record.
@@ -275,17 +276,22 @@ def test_metrics_reach_prometheus_through_tier_1(project):
 
 
 def test_a_sampler_killed_mid_load_loses_only_what_it_held(project):
-    """kill -9 of one sampler 8 s into 18 s of load (20 requests a second), once it holds a full
-    decision_wait of traces; started again 3 s later. Tier 1 routes around it (its address leaves
-    the DNS answer at once) and back to it: the only traces lost are GIL-bound ones it held when it
-    died, sent within grouping + decision_wait before the kill; no trace is cut, none lost
-    elsewhere, and the restarted sampler decides again."""
+    """kill -9 of one sampler 15 s into 26 s of load (20 requests a second), once traces it
+    decided long ago are in Jaeger; started again 3 s later. Tier 1 routes around it (its address
+    leaves the DNS answer at once) and back to it: the only traces lost are GIL-bound ones it held
+    undecided when it died (they reached it within decision_wait before the kill: sent within
+    apps' batch + grouping + decision_wait before it, less grouping); every GIL-bound trace sent
+    before those is in Jaeger whole, as is every one after; no trace is cut, and the restarted
+    sampler decides again."""
     victim = samplers(project)[0]
     name = hostname(project, victim)
     events: dict[str, float] = {}
+    slack = 2  # a request's own time, the samplers' decision tick (1 s) and batch (200 ms), the exports between
+    undecided_s = APP_BATCH_S + GROUPED_S + DECISION_WAIT_S + slack  # how long before the kill a held trace was sent
+    kill_at = undecided_s + 5  # 5 s of traces sent before any it could hold: 15 s
 
     def chaos() -> None:
-        time.sleep(GROUPED_S + DECISION_WAIT_S + 1)
+        time.sleep(kill_at)
         engine(project, "kill", "--signal", "KILL", victim)
         events["killed"] = time.monotonic()
         time.sleep(3)
@@ -294,19 +300,22 @@ def test_a_sampler_killed_mid_load_loses_only_what_it_held(project):
 
     thread = threading.Thread(target=chaos)
     thread.start()
-    sent = send(project, mix(360, 2), per_second=20, concurrency=8)
+    sent = send(project, mix(520, 2), per_second=20, concurrency=8)
     thread.join()
     time.sleep(SETTLED_S)
     verdict = judge(project, set(sent))
-    slack = 2  # the apps' batch (1 s), a request's own time
-    held = {t for t, at in sent.items()
-            if events["killed"] - GROUPED_S - DECISION_WAIT_S - slack <= at <= events["killed"] - GROUPED_S + slack}
+    # Held undecided at the kill: reached the sampler (grouping after tier 1 got it) and not yet decided and exported.
+    since = events["killed"] - undecided_s
+    held = {t for t, at in sent.items() if since <= at <= events["killed"] - GROUPED_S + slack}
+    before = {t for t, at in sent.items() if at < since} & verdict.gil_bound
     lost = verdict.lost()
     print(f"scale: a sampler killed: {len(lost)} GIL-bound traces lost, of the {len(held & verdict.gil_bound)} sent "
-          f"within its grouping + decision_wait before the kill (about half of them routed to it; "
-          f"{len(held)} traces in all); {len(verdict.cut)} cut; {len(sent)} sent")
+          f"in the {events['killed'] - GROUPED_S + slack - since:.1f} s whose traces it could hold undecided "
+          f"(about half of them routed to it; {len(held)} traces in all); {len(before)} GIL-bound ones sent before "
+          f"that, and all after, in Jaeger whole; {len(verdict.cut)} cut; {len(sent)} sent")
+    assert before, "no GIL-bound trace sent before those the sampler held: the bound below would bound nothing"
     assert not verdict.cut, dict(list(verdict.cut.items())[:5])
-    assert lost <= held, {t: "dropped" for t in lost - held}
+    assert lost <= held, {t: f"dropped, sent {sent[t] - events['killed']:+.1f} s from the kill" for t in lost - held}
     after = {t for t, at in sent.items() if at > events["started"] + slack}
     assert name in {verdict.whole.get(t) for t in after}, f"the restarted sampler {name} decided no trace sent after"
 

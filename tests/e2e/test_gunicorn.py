@@ -1,13 +1,14 @@
 """Pre-fork servers: every gunicorn worker gets its own figures after fork (re-registered
 with the collector on its first span, or its in-process ring started afresh), sync and gthread workers,
-with and without --preload; the slowest requests name the GIL hog as their top blocker."""
+with and without --preload; the slowest requests name the GIL hog as their top blocker. With the C
+span hooks, and on gthread workers (a thread per request) with the Python ones alone too."""
 
 import os
 import time
 
 import pytest
 
-from helpers import drive, server_spans
+from helpers import drive, python_hooks_in, server_spans
 
 
 def _workers(master: int) -> dict[int, set[int]]:
@@ -17,16 +18,19 @@ def _workers(master: int) -> dict[int, set[int]]:
     return {pid: {int(t) for t in os.listdir(f"/proc/{pid}/task")} for pid in pids}
 
 
-@pytest.mark.parametrize(
-    "framework, server, preload", [("flask", "sync", False), ("flask", "gthread", True), ("django", "gthread", False)]
-)
-def test_every_worker_reports_figures(app, collector, backend, framework, server, preload):
+@pytest.mark.parametrize("framework, server, preload, hooks", [
+    ("flask", "sync", False, "c"), ("flask", "gthread", True, "c"), ("django", "gthread", False, "c"),
+    ("flask", "gthread", False, "python"),
+])
+def test_every_worker_reports_figures(app, collector, backend, framework, server, preload, hooks):
     service = f"{framework}-gunicorn-{server}{'-preload' if preload else ''}"
-    svc = app(framework, server, service, workers=2, preload=preload)
+    service += "-python-hooks" if hooks == "python" else ""
+    svc = app(framework, server, service, workers=2, preload=preload, python_hooks=hooks == "python")
     service = f"{service}-{backend}"
     drive(svc.address, "/io,/cpu", 60, concurrency=8)
     workers = _workers(svc.proc.pid)
     assert len(workers) == 2, workers
+    assert all(python_hooks_in(pid) == (hooks == "python") for pid in workers)
     op = "GET /{}" if framework == "flask" else "GET {}"
     spans = server_spans(service, op.format("io"), 30) + server_spans(service, op.format("cpu"), 30)
     owners, pending = set(), 0
@@ -51,16 +55,19 @@ def test_every_worker_reports_figures(app, collector, backend, framework, server
             assert f"pid {pid} (uid 0) registered" in log
 
 
-def test_the_slowest_requests_name_the_hog_as_top_blocker(app, backend):
+@pytest.mark.parametrize("hooks", ["c", "python"])
+def test_the_slowest_requests_name_the_hog_as_top_blocker(app, backend, hooks):
     """gthread workers serve requests on several threads: the last thread to hand them the GIL
     is often another request, but the one that held it longest is the metrics-collector. After
     a warm-up: the first requests wait on the first one's thread, busy with what a fresh
     worker does once (imports, its first span), and rightly name it."""
-    svc = app("flask", "gthread", "flask-gunicorn-blame", workers=1, hog=True)
+    service = f"flask-gunicorn-blame{'-python-hooks' if hooks == 'python' else ''}"
+    svc = app("flask", "gthread", service, workers=1, hog=True, python_hooks=hooks == "python")
     drive(svc.address, "/io", 8, concurrency=4)
+    assert all(python_hooks_in(pid) == (hooks == "python") for pid in _workers(svc.proc.pid))
     since_us = time.time_ns() // 1000
     drive(svc.address, "/io", 80, concurrency=4)
-    served = [s for s in server_spans(f"flask-gunicorn-blame-{backend}", "GET /io", 88) if s["startTime"] >= since_us]
+    served = [s for s in server_spans(f"{service}-{backend}", "GET /io", 88) if s["startTime"] >= since_us]
     assert len(served) == 80, len(served)
     spans = sorted(served, key=lambda s: s["duration"], reverse=True)[:10]
     tops = [s["tags"].get("gil.top_blocker.thread.name") for s in spans]

@@ -11,7 +11,9 @@ import os
 import subprocess
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -20,6 +22,7 @@ from helpers import ROOT, stack
 import compose  # scripts/compose.py: the container engine
 
 IMAGE = "docker.io/jaegertracing/jaeger:2.13.0"
+ASIDE = "localhost/otel-gil-test/jaeger-registry:2.13.0"  # the registry's IMAGE while the local build has its name
 MISSING = "/nonexistent/jaeger-ui/build"
 OFFSET = 30000  # this Jaeger's ports: its config's plus this (the session's Jaeger has those)
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -88,16 +91,50 @@ def engine() -> str:
     return compose.run([str(ROOT / "scripts" / "engine.sh"), "name"], "the container engine").strip()
 
 
+def recipe(engine: str, image: str) -> str:
+    """The recipe images.sh built ``image`` from; "" for the registry's."""
+    label = subprocess.run([engine, "image", "inspect", "--format", '{{ index .Config.Labels "org.otel-gil.recipe" }}',
+                            image], capture_output=True, text=True, check=True).stdout.strip()
+    return "" if label == "<no value>" else label
+
+
+@contextmanager
+def registry_image_aside(engine: str) -> Iterator[None]:
+    """The registry's IMAGE, where the engine has it, under another name meanwhile: a local build
+    takes its name, and gives it back after."""
+    have = subprocess.run([engine, "image", "inspect", IMAGE], capture_output=True).returncode == 0
+    pulled = have and recipe(engine, IMAGE) == ""
+    if pulled:
+        subprocess.run([engine, "tag", IMAGE, ASIDE], check=True)
+        subprocess.run([engine, "rmi", IMAGE], capture_output=True, check=True)  # the name only: ASIDE keeps it
+    try:
+        yield
+    finally:
+        if pulled:
+            subprocess.run([engine, "rmi", "-f", IMAGE], capture_output=True)
+            subprocess.run([engine, "tag", ASIDE, IMAGE], check=True)
+            subprocess.run([engine, "rmi", ASIDE], capture_output=True, check=True)
+
+
 def test_the_image_without_a_ui_serves_its_api_and_says_why(engine, no_ui):
     """images.sh builds the image of docker-compose.yml's jaeger service without a UI (its own
-    recipe: its archive cached beside the one with the UI); it must not crash as it did (Jaeger
-    panicked at start, pointed at an empty UI directory)."""
+    recipe: its archive cached beside the one with the UI), here even where the registry's could
+    be pulled (OTEL_GIL_IMAGES_PULL=none); it must not crash as it did (Jaeger panicked at start,
+    pointed at an empty UI directory)."""
     images = [str(ROOT / "scripts" / "images.sh"), engine]
-    subprocess.run(images, env=no_ui, check=True)
-    label = subprocess.run([engine, "image", "inspect", "--format", '{{ index .Config.Labels "org.otel-gil.recipe" }}',
-                            IMAGE], capture_output=True, text=True, check=True).stdout.strip()
-    if label in ("", "<no value>"):
-        pytest.skip("the registry's image is used here: no local build to test")
+    try:
+        with registry_image_aside(engine):
+            subprocess.run(images, env={**no_ui, "OTEL_GIL_IMAGES_PULL": "none"}, check=True)
+            assert recipe(engine, IMAGE), "images.sh left the registry's image: no local build to test"
+            log = _serve_and_log(engine)
+    finally:
+        subprocess.run(images, check=True)  # the image as the rest of the session has it (its archive loaded)
+    assert_says_why(log.splitlines()[0], "jaeger")
+    assert "panic" not in log.lower(), log
+
+
+def _serve_and_log(engine: str) -> str:
+    """IMAGE in a container: it serves its API and no UI; its log."""
     container = subprocess.run([engine, "run", "-d", "-p", f"127.0.0.1:{16686 + OFFSET}:16686",
                                 "-p", f"127.0.0.1:{4318 + OFFSET}:4318", IMAGE],
                                capture_output=True, text=True, check=True).stdout.strip()
@@ -117,10 +154,7 @@ def test_the_image_without_a_ui_serves_its_api_and_says_why(engine, no_ui):
         assert [s["operationName"] for s in span_round_trip(otlp, query, "no-ui-image")] == ["no-ui"], logs()
         assert not stack.jaeger_serves_ui(query)
         assert b"This is not the Jaeger UI you are looking for" in get(f"{query}/")
-        log = logs()
+        return logs()
     finally:
         subprocess.run([engine, "stop", "-t", "5", container], capture_output=True)
         subprocess.run([engine, "rm", "-f", container], capture_output=True)
-        subprocess.run(images, check=True)  # the image as the rest of the session has it (its archive loaded)
-    assert_says_why(log.splitlines()[0], "jaeger")
-    assert "panic" not in log.lower(), log

@@ -2,14 +2,15 @@
 figures, with both backends, with --lazy-apps (no Python at-fork hook runs; the app loads in
 each worker) and with the app in the master (then --py-call-uwsgi-fork-hooks, without which a
 worker forked while another thread held the GIL never gets it); until a worker has figures its
-spans say gil.status, never a zero. A fork from C with no hook at all: the cfork scenario."""
+spans say gil.status, never a zero; with the C span hooks, and (lazy-apps) with the Python ones
+alone. A fork from C with no hook at all: the cfork scenario."""
 
 import collections
 import os
 
 import pytest
 
-from helpers import drive, server_spans
+from helpers import drive, python_hooks_in, server_spans
 
 
 def _workers(master: int) -> dict[int, set[int]]:
@@ -19,13 +20,15 @@ def _workers(master: int) -> dict[int, set[int]]:
     return {pid: {int(t) for t in os.listdir(f"/proc/{pid}/task")} for pid in pids}
 
 
-@pytest.mark.parametrize("lazy", [False, True], ids=["app-in-master", "lazy-apps"])
-def test_every_uwsgi_worker_has_its_own_figures(app, collector, backend, lazy):
-    service = f"flask-uwsgi{'-lazy' if lazy else ''}"
-    svc = app("flask", "uwsgi", service, workers=2, preload=not lazy, hog=True)
+@pytest.mark.parametrize("lazy, hooks", [(False, "c"), (True, "c"), (True, "python")],
+                         ids=["app-in-master", "lazy-apps", "lazy-apps-python-hooks"])
+def test_every_uwsgi_worker_has_its_own_figures(app, collector, backend, lazy, hooks):
+    service = f"flask-uwsgi{'-lazy' if lazy else ''}{'-python-hooks' if hooks == 'python' else ''}"
+    svc = app("flask", "uwsgi", service, workers=2, preload=not lazy, hog=True, python_hooks=hooks == "python")
     drive(svc.address, "/io", 80, concurrency=4)
     workers = _workers(svc.proc.pid)
     assert len(workers) == 2, workers
+    assert all(python_hooks_in(pid) == (hooks == "python") for pid in workers)
     spans = server_spans(f"{service}-{backend}", "GET /io", 80)
     measured = [s for s in spans if "gil.status" not in s["tags"]]
     # A worker registers on its first span: spans before say pending, one in flight then

@@ -1,7 +1,8 @@
 """A blocker that ended before the span that waited for it is still named: a thread named
 ``short-hog`` holds the GIL 150 ms through a PyDLL call and ends; the span that waited for it
 (``waiter``) ends after, and its top blocker, its gil.wait event and its gil.wait child span name
-``short-hog``. With both writers; alone, and beside the threading instrumentation under
+``short-hog``, with the hold the hog measured (the waiter waits from the hand-off on: the whole
+hold falls in its wait, to 0.1-0.25 ms measured at a load average of 17). With both writers; alone, and beside the threading instrumentation under
 opentelemetry-instrument in either order (which also must keep its wrapper of Thread.start when
 otel_gil is uninstrumented); and never by the name of a later thread its tid went to."""
 
@@ -38,7 +39,7 @@ def _check_named(report: dict) -> None:
     attrs = waiter["attributes"]
     assert attrs["gil.top_blocker.thread.native_id"] == truth["tid"], attrs
     assert attrs.get("gil.top_blocker.thread.name") == "short-hog", attrs
-    assert within(attrs["gil.top_blocker.hold_ms"], truth["burst_ns"] / 1e6, rel=0.25), (attrs, truth)
+    assert within(attrs["gil.top_blocker.hold_ms"], truth["burst_ns"] / 1e6), (attrs, truth)
     events = [e["attributes"] for e in waiter["events"] if e["name"] == "gil.wait"]
     by_hog = [e for e in events if e["gil.blocker.thread.native_id"] == truth["tid"]]
     assert by_hog and all(e.get("gil.blocker.thread.name") == "short-hog" for e in by_hog), events

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import ctypes
+import importlib
 import json
 import os
 import subprocess
@@ -23,6 +24,14 @@ from synthetic import log_hold, make_ring, record_wait, slot_for
 from test_spans import FakeRegistration, fast, hooked, my_slot  # noqa: F401 (fast: a fixture)
 
 MS = 1_000_000
+
+
+def required(name: str):
+    """A module of the test extra (pyproject's ``test``, via ``examples``): missing, the test fails."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        pytest.fail(f"{name} is missing ({exc}): a required test extra, run 'make venv'")
 
 
 def _hooked_ring(fast: bool):
@@ -138,7 +147,7 @@ def test_a_worker_threads_code_counts_where_it_ran(c_hooks):
 
 
 def test_greenlets_get_their_own_hold(loop_thread, fast):
-    greenlet = pytest.importorskip("greenlet")
+    greenlet = required("greenlet")
     tracer, _, slot, exporter = loop_thread
     hub = greenlet.getcurrent()
 
@@ -260,7 +269,7 @@ def test_tasks_on_a_loop_written_in_c_get_their_own_hold(loop_thread, fast, name
     """uvloop and rloop enter their tasks' contexts in C: the C hooks see it through their GOT
     entries of PyContext_Enter/Exit (3.9-3.13) or the context watchers (3.14+); the Python
     hooks see no switch and say so."""
-    module = pytest.importorskip(name)
+    module = required(name)
     tracer, _, slot, exporter = loop_thread
     C_LOOPS[name](module, two_requests(tracer, slot))
     got = named(exporter)
@@ -276,7 +285,7 @@ def test_got_entries_are_hooked_while_tracking_and_restored_after(name, module):
     """A loop's module loaded before instrument(): its GOT entries of PyContext_Enter and
     PyContext_Exit point to the hooks while contexts are tracked, and hold their own values
     again after."""
-    pytest.importorskip(name)
+    required(name)
     from otel_gil import _fastspan
 
     def entries() -> dict[str, tuple[bool, int]]:
@@ -303,7 +312,7 @@ def test_uvloop_loaded_after_instrument_is_hooked_when_its_loop_is_first_seen():
     """uvloop imported after instrument() (as uvicorn does under opentelemetry-instrument) is
     hooked at the first span that sees its loop running, also on a thread whose contexts
     switched before (a Context.run of the app's own)."""
-    uvloop = pytest.importorskip("uvloop")
+    uvloop = required("uvloop")
     from otel_gil import _fastspan
 
     module = sys.modules.pop("uvloop.loop")  # not loaded yet, as far as instrument() can tell
@@ -352,7 +361,7 @@ def test_uvloop_imported_after_instrument_is_hooked_as_its_import_ends():
 def test_a_forked_child_keeps_uvloops_hooks_and_restores_its_own():
     """A child forked while uvloop's entries are hooked runs its tasks with their own figures,
     and its uninstrument restores its own entries (the parent's stay hooked)."""
-    uvloop = pytest.importorskip("uvloop")
+    uvloop = required("uvloop")
     from otel_gil import _fastspan
 
     def hooked_now() -> list[bool]:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import ctypes
 import dis
+import functools
 import json
+import operator
 import os
 import platform
 import signal
@@ -66,6 +68,17 @@ def read_metrics() -> dict:
                     key = ",".join(str(value) for value in point.attributes.values())
                     out.setdefault(metric.name, {})[key] = getattr(point, "value", getattr(point, "sum", None))
     return out
+
+
+def _clocked_hold(us: int) -> int:
+    """Hold the GIL ``us`` µs (PyDLL usleep) between two clock reads: ns between them. The three
+    calls are chained in C (map), with no bytecode between them where the GIL could be handed
+    on: unlike around a call, the reads are inside the hold even when a thread is waiting."""
+    ts = (ctypes.c_long * 4)()
+    clock = functools.partial(_gil_holding_libc.clock_gettime, time.CLOCK_MONOTONIC)
+    tuple(map(operator.methodcaller("__call__"), (functools.partial(clock, ctypes.byref(ts)),
+          functools.partial(_gil_holding_libc.usleep, us), functools.partial(clock, ctypes.byref(ts, 16)))))
+    return (ts[2] - ts[0]) * 1_000_000_000 + ts[3] - ts[1]
 
 
 def _wait_gone(threads: list, timeout_s: float = 5.0) -> None:
@@ -528,24 +541,29 @@ def tasks(tracer, args) -> dict:
 
 
 def short_blocker(tracer, args) -> dict:
-    """A thread named ``short-hog`` holds the GIL ``args.burst_ms`` (PyDLL) right as it starts,
-    and ends (the kernel lets it go) before the span that waited for it, ``waiter``, ends; with
-    ``--reuse-tid``, a thread named ``later`` gets its tid before that.
+    """A thread named ``short-hog`` takes the GIL from the span ``waiter``'s thread, which spins
+    in Python meanwhile, holds it ``args.burst_ms`` (PyDLL) and ends (the kernel lets it go)
+    before ``waiter`` ends; with ``--reuse-tid``, a thread named ``later`` gets its tid before that.
+    The waiter waits from the hand-off on, so its wait holds the whole hold: ``burst_ns``,
+    measured inside it (_clocked_hold).
     Then, under opentelemetry-instrument (``--auto``), otel_gil is uninstrumented: who wraps
     Thread.start after that (the threading instrumentation's wrapper must stay)."""
     truth: dict = {}
+    go = threading.Event()
 
     def hog() -> None:
         truth["tid"] = threading.get_native_id()
-        t0 = time.monotonic_ns()
-        _gil_holding_libc.usleep(args.burst_ms * 1000)
-        truth["burst_ns"] = time.monotonic_ns() - t0
+        go.wait()  # returns with the GIL taken from the spinning waiter
+        truth["burst_ns"] = _clocked_hold(args.burst_ms * 1000)
 
     truth["wrappers"] = _start_wrappers()
     release = threading.Event()
     with tracer.start_as_current_span("waiter"):
         thread = threading.Thread(target=hog, name="short-hog")
-        thread.start()  # waits for the GIL while the hog holds it
+        thread.start()
+        go.set()
+        while "burst_ns" not in truth:  # wants the GIL until the hog is done with it
+            pass
         thread.join()
         _wait_gone([thread])
         if args.reuse_tid:  # the hog's tid to a thread that lives on past the span (own pid namespace)
