@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import (BACKENDS, HOG_BURST_MS, HOG_BURSTS, NOBODY, ROOT, Rootfs, Runner, interpreters, matrix_names,
-                     run_scenario, serving, stack)
+from helpers import (BACKENDS, HOG_BURST_MS, HOG_BURSTS, NOBODY, ROOT, Rootfs, Runner, free_threaded_interpreters,
+                     interpreters, matrix_names, run_scenario, serving, stack)
 
 
 @pytest.fixture(scope="session", params=BACKENDS)
@@ -127,3 +127,12 @@ def nobody() -> Runner:
 def container() -> Runner:
     """nobody, in its own pid and mount namespaces: the collector sees other pids and paths."""
     yield from _sandbox(pid_namespace=True)
+
+
+@pytest.fixture(scope="module", params=sorted(free_threaded_interpreters()))
+def free_threaded(request) -> Runner:
+    """Each free-threaded build of the matrix (scripts/freethreaded.sh); a missing one fails."""
+    runner = free_threaded_interpreters()[request.param]
+    if not Path(runner.python).exists():
+        pytest.fail(f"{runner.python} is missing: run 'make matrix' (or 'make test') first")
+    return runner

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import (ROOT, Runner, check_hog_ground_truth, check_releases_counted, free_threaded_interpreters, run_scenario,
+from helpers import (ROOT, Runner, check_hog_ground_truth, check_releases_counted, run_scenario,
                      span, within)
 
 IMPORT_COST = ROOT / "tests" / "workloads" / "import_cost.py"
@@ -36,14 +36,6 @@ PyMODINIT_FUNC PyInit_%(name)s(void)
     return m;
 }
 """
-
-
-@pytest.fixture(scope="module", params=sorted(free_threaded_interpreters()))
-def free_threaded(request) -> Runner:
-    runner = free_threaded_interpreters()[request.param]
-    if not Path(runner.python).exists():
-        pytest.fail(f"{runner.python} is missing: run 'make matrix' (or 'make test') first")
-    return runner
 
 
 @pytest.fixture(scope="module")

@@ -9,18 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, free_threaded_interpreters, interpreters
+from helpers import ROOT, interpreters
 
 AUTO = "/venv/lib/site-packages/opentelemetry/instrumentation/auto_instrumentation"  # as opentelemetry-instrument sets it
 PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
 
 
-@pytest.fixture(scope="module", params=sorted(free_threaded_interpreters()))
-def built(request, tmp_path_factory) -> tuple[str, Path]:
+@pytest.fixture(scope="module")
+def built(free_threaded, tmp_path_factory) -> tuple[str, Path]:
     """(the free-threaded python, its build_py output)."""
-    python = free_threaded_interpreters()[request.param].python
-    if not Path(python).exists():
-        pytest.fail(f"{python} is missing: run 'make matrix' (or 'make test') first")
+    python = free_threaded.python
     out = tmp_path_factory.mktemp("build")
     subprocess.run([python, "setup.py", "-q", "build_py", "--build-lib", str(out)], cwd=ROOT, check=True,
                    capture_output=True)

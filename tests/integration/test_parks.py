@@ -8,23 +8,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, Runner, free_threaded_interpreters
+from helpers import ROOT, Runner
 
 WORKLOAD = ROOT / "tests" / "workloads" / "parks.py"
 HOLD_MS = 200
 MS = 1e6
-
-
-@pytest.fixture(scope="module", params=sorted(free_threaded_interpreters()))
-def free_threaded(request) -> Runner:
-    runner = free_threaded_interpreters()[request.param]
-    if not Path(runner.python).exists():
-        pytest.fail(f"{runner.python} is missing: run 'make matrix' (or 'make test') first")
-    return runner
 
 
 def run(runner: Runner, scenario: str, hold_ms: int = HOLD_MS, **env: str) -> dict:
