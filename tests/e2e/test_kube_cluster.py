@@ -223,25 +223,29 @@ def apps(instrumented_namespace):
 def test_injected_deployment_spans_carry_figures_against_truth(apps, app, python):
     """The Pod the controllers and the webhook make of the plain Deployment (restricted) serves;
     its /blocked spans, read from Jaeger in the cluster, wait out gil-holder's known hold (their
-    median, 5 % or 0.5 ms: helpers.check_known_waits) and name it; no export failed; the tree it
-    got fits the Operator's 200Mi emptyDir."""
+    median, 5 % or 0.5 ms: helpers.check_known_waits) and name it, under the Pod's own namespace
+    and name as the Operator's resource env says; no export failed; the tree it got fits the
+    Operator's 200Mi emptyDir."""
     name = app_name(app, python)
     pod = pod_of(name, APPS_NAMESPACE)
     url, operation = f"http://{pod['status']['podIP']}:{APP_PORT}", kube.APPS[app][3].removesuffix("io") + "blocked"
     since = time.time_ns() // 1000
     truths = [known_wait_ms(kube.get_text(f"{url}/blocked")) for _ in range(KNOWN_WAITS)]
-    spans = [s["tags"] for s in kube.stack.wait_for_spans(name, operation, KNOWN_WAITS, timeout=60, since_us=since,
-                                                           base=apps)
+    spans = [s for s in kube.stack.wait_for_spans(name, operation, KNOWN_WAITS, timeout=60, since_us=since, base=apps)
              if s["operationName"] == operation and s["tags"].get("span.kind") == "server"]
     log = cluster.kubectl("-n", APPS_NAMESPACE, "logs", pod["metadata"]["name"], "-c", "app")
     assert len(spans) == KNOWN_WAITS, (spans, log)
-    check_known_waits(spans, truths)
+    check_known_waits([s["tags"] for s in spans], truths)
+    for span in spans:  # the resource the Operator's env gives: this Pod's
+        resource = {t["key"]: t["value"] for t in span["process"]["tags"]}
+        assert resource["k8s.namespace.name"] == APPS_NAMESPACE, resource
+        assert resource["k8s.pod.name"] == pod["metadata"]["name"], resource
     assert "Failed to export" not in log, log
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == kube.VOLUME)
     size = int(cluster.kubectl("-n", APPS_NAMESPACE, "exec", pod["metadata"]["name"], "-c", "app", "--",
                                "du", "-sb", kube.MOUNT).split()[0])
     assert volume["emptyDir"]["sizeLimit"] == "200Mi" and size < TREE_LIMIT, (volume, size)
-    print(f"{name}: /blocked waits {[t['gil.wait_ms'] for t in spans]} ms, holds {truths} ms; "
+    print(f"{name}: /blocked waits {[s['tags']['gil.wait_ms'] for s in spans]} ms, holds {truths} ms; "
           f"tree {size / 2**20:.1f} MiB of the 200Mi emptyDir")
 
 
