@@ -187,6 +187,11 @@ def build_images() -> None:
     run(ENGINE, "build", "-q", "-f", str(ROOT / "deploy/kubernetes/autoinstrumentation-python/Dockerfile"),
         "-t", OPERATOR_IMAGE, str(ROOT))
     run(ENGINE, "build", "-q", "-f", str(ROOT / "collector/Dockerfile"), "-t", COLLECTOR_IMAGE, str(ROOT))
+    build_app_images()
+
+
+def build_app_images() -> None:
+    """The app images (no OpenTelemetry in them), by the engine's build cache."""
     for python, (base, interpreter) in APP_BASES.items():
         run(ENGINE, "build", "-q", "-f", str(ROOT / "examples/kube/Dockerfile"), "--build-arg", f"BASE={base or sid_image()}",
             "--build-arg", f"PYTHON={interpreter}", "-t", app_image(python), str(ROOT))

@@ -42,6 +42,7 @@ PAUSE_IMAGE = "localhost/otel-gil/pause:catatonit"  # the sandbox image: Debian'
 SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
            "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
 KUBELET_FIXED = Path("/var/lib/kubelet")  # its device-plugins socket's, whatever --root-dir says
+LOADED_FROM = "otel-gil.engine-image-id"  # the label of a node image: the engine's image it was loaded from
 COMPONENTS = ("containerd", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
 
 
@@ -322,11 +323,18 @@ def import_once(tag: str, archive) -> None:
 
 
 def load(image: str, engine: str = "podman") -> None:
-    """The engine's ``image`` onto the node (podman save | ctr import): no registry involved."""
+    """The engine's ``image`` onto the node (podman save | ctr import): no registry involved. Not
+    again while the node's image (kept with its cache) is labelled with the engine image's ID."""
+    image_id = run(engine, "image", "inspect", "--format", "{{.Id}}", image).strip()
+    if any(line.split()[0] == image and f"{LOADED_FROM}={image_id}" in line
+           for line in ctr("images", "ls").splitlines()[1:]):
+        print(f"kube-cluster: {image} is on the node already")
+        return
     saved = subprocess.run([engine, "save", image], capture_output=True, timeout=600)
     if saved.returncode != 0:
         raise ClusterError(f"{engine} save {image} failed:\n{saved.stderr.decode()}")
     ctr("images", "import", "-", stdin=saved.stdout)
+    ctr("images", "label", image, f"{LOADED_FROM}={image_id}")
     print(f"kube-cluster: {image} is on the node")
 
 

@@ -2,8 +2,11 @@
 -controller-manager, -scheduler, a kubelet on containerd with runc and CNI): a Deployment's Pod
 runs on the node with an address on the Pods' bridge; the OpenTelemetry Operator
 (scripts/kube_operator.py, its own CRDs, RBAC and webhooks) mutates a plain Deployment's Pod
-annotated as the README says; and down leaves no process, mount, veth, bridge, cgroup or
-iptables chain behind. Started once for the module, down at its end also when a test failed."""
+annotated as the README says; the example apps as plain Deployments so annotated, in a namespace
+enforcing PodSecurity restricted, serve from the Pods the controllers and the webhook make, export
+to Jaeger in the cluster and wait out a known hold; and down leaves no process, mount, veth,
+bridge, cgroup or iptables chain behind. Started once for the module, down at its end also when a
+test failed."""
 
 from __future__ import annotations
 
@@ -16,15 +19,24 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT
+from helpers import KNOWN_WAITS, ROOT, check_known_waits, known_wait_ms
 
 sys.path.insert(0, str(ROOT / "scripts"))
+import kube  # noqa: E402
 import kube_cluster as cluster  # noqa: E402
 import kube_operator as operator  # noqa: E402
 import manifests  # noqa: E402
 
 APPS_NAMESPACE = "otel-gil-apps"
-PYTHON_IMAGE = "localhost/otel-gil/autoinstrumentation-python:0.1.0"  # make operator-image's
+PYTHON_IMAGE = kube.OPERATOR_IMAGE  # make operator-image's
+JAEGER_IMAGE = "docker.io/jaegertracing/jaeger:2.13.0"  # scripts/images.sh's
+# The example apps as plain Deployments of images with no OpenTelemetry (examples/kube/Dockerfile):
+# each framework once, on two CPythons.
+APPS = [("flask", "3.11"), ("fastapi", "3.13"), ("django", "3.13")]
+APP_PORT = 8000  # in each Pod's own network namespace
+RESTRICTED = {"runAsNonRoot": True, "runAsUser": 10001, "allowPrivilegeEscalation": False,
+              "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+TREE_LIMIT = 200 * 2**20  # the Operator's default sizeLimit of the tree's emptyDir (200Mi)
 
 
 def veths(*selector: str) -> set[str]:
@@ -68,9 +80,7 @@ def wait_for(what: str, done, timeout: float = 120):
 def deployment(name: str, namespace: str, annotations: dict | None = None) -> dict:
     """A plain Deployment of the sandbox image (the one image a node has without the engine)."""
     labels = {"app": name}
-    container = {"name": "app", "image": cluster.PAUSE_IMAGE, "imagePullPolicy": "Never",
-                 "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "allowPrivilegeEscalation": False,
-                                     "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}}
+    container = {"name": "app", "image": cluster.PAUSE_IMAGE, "imagePullPolicy": "Never", "securityContext": RESTRICTED}
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
             "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
                 "metadata": {"labels": labels, "annotations": annotations or {}},
@@ -147,6 +157,96 @@ def test_collector_chart_makes_a_daemonset_pod_on_the_node(node):
     spec = pods[0]["spec"]
     assert len(pods) == 1 and spec["nodeName"] == cluster.NODE and spec["hostPID"] is True, spec
     assert spec["priorityClassName"] == "system-node-critical" and spec["priority"] == 2000001000, spec
+
+
+def app_name(app: str, python: str) -> str:
+    return f"{app}-{python.replace('.', '')}"
+
+
+def app_deployment(app: str, python: str) -> dict:
+    """The example ``app`` as a team would deploy it: its own command, env and probe, restricted,
+    its Pod template annotated as the README says."""
+    venv, command, workdir, _ = kube.APPS[app]
+    app_dir = f"/opt/otel-gil/examples/{workdir}"
+    env = {"PATH": f"/opt/{venv}/bin:/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": app_dir,
+           "DJANGO_SETTINGS_MODULE": "gilsite.settings", "DJANGO_ALLOWED_HOSTS": "$(POD_IP)",  # probes, requests
+           "OTEL_BSP_SCHEDULE_DELAY": "1000", **kube.HOG}
+    manifest = deployment(app_name(app, python), APPS_NAMESPACE,
+                          {"instrumentation.opentelemetry.io/inject-python": "otel-gil"})
+    manifest["spec"]["template"]["spec"]["containers"][0].update(
+        image=kube.app_image(python), workingDir=app_dir,
+        command=[a.replace("127.0.0.1", "0.0.0.0") for a in command(APP_PORT)],
+        env=[{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+             *({"name": k, "value": v} for k, v in env.items())],
+        readinessProbe={"httpGet": {"path": "/health", "port": APP_PORT}, "periodSeconds": 1})
+    return manifest
+
+
+@pytest.fixture(scope="module")
+def apps(instrumented_namespace):
+    """Jaeger in the cluster, the Instrumentation's endpoint its OTLP/HTTP receiver (helm upgrade),
+    then the apps' Deployments rolled out: Jaeger's API base URL (the node reaches the Pods' range)."""
+    started = time.monotonic()
+    try:
+        kube.build_app_images()
+        for image in (JAEGER_IMAGE, PYTHON_IMAGE, *{kube.app_image(python) for _, python in APPS}):
+            cluster.load(image)
+    except (cluster.ClusterError, kube.KubeError) as exc:
+        pytest.fail(str(exc))
+    loaded_s = time.monotonic() - started
+    jaeger = deployment("jaeger", "default")
+    jaeger["spec"]["template"]["spec"]["containers"][0].update(image=JAEGER_IMAGE)
+    apply(jaeger)
+    ip = wait_for("Jaeger's Pod running", lambda: (p := pod_of("jaeger", "default")) and
+                  p["status"].get("phase") == "Running" and p["status"].get("podIP"))
+    base = f"http://{ip}:16686"
+    wait_for("Jaeger's API", lambda: kube.stack.http_ok(f"{base}/api/services"))
+    cluster.run(manifests.helm(), "upgrade", "otel-gil", str(manifests.CHART), "--kubeconfig", str(cluster.KUBECONFIG),
+                "--namespace", APPS_NAMESPACE, "--reuse-values", "--set", f"instrumentation.endpoint=http://{ip}:4318",
+                "--set", "instrumentation.metricsExporter=none", "--set", "instrumentation.logsExporter=none",
+                timeout=120)
+    apply(*(app_deployment(app, python) for app, python in APPS))
+    for app, python in APPS:
+        name = app_name(app, python)
+        try:
+            cluster.kubectl("-n", APPS_NAMESPACE, "rollout", "status", f"deployment/{name}", "--timeout=180s",
+                            timeout=200)
+        except cluster.ClusterError as exc:
+            pods = ("-n", APPS_NAMESPACE, "-l", f"app={name}")
+            pytest.fail(f"{exc}\n{cluster.kubectl('describe', 'pods', *pods, check=False)}"
+                        f"{cluster.kubectl('logs', '--all-containers', *pods, check=False)}")
+    print(f"images on the node in {loaded_s:.0f} s, Jaeger and the apps ready {time.monotonic() - started:.0f} s after")
+    return base
+
+
+@pytest.mark.parametrize("app, python", APPS, ids=[app_name(a, p) for a, p in APPS])
+def test_injected_deployment_spans_carry_figures_against_truth(apps, app, python):
+    """The Pod the controllers and the webhook make of the plain Deployment (restricted) serves;
+    its /blocked spans, read from Jaeger in the cluster, wait out gil-holder's known hold (their
+    median, 5 % or 0.5 ms: helpers.check_known_waits) and name it, under the Pod's own namespace
+    and name as the Operator's resource env says; no export failed; the tree it got fits the
+    Operator's 200Mi emptyDir."""
+    name = app_name(app, python)
+    pod = pod_of(name, APPS_NAMESPACE)
+    url, operation = f"http://{pod['status']['podIP']}:{APP_PORT}", kube.APPS[app][3].removesuffix("io") + "blocked"
+    since = time.time_ns() // 1000
+    truths = [known_wait_ms(kube.get_text(f"{url}/blocked")) for _ in range(KNOWN_WAITS)]
+    spans = [s for s in kube.stack.wait_for_spans(name, operation, KNOWN_WAITS, timeout=60, since_us=since, base=apps)
+             if s["operationName"] == operation and s["tags"].get("span.kind") == "server"]
+    log = cluster.kubectl("-n", APPS_NAMESPACE, "logs", pod["metadata"]["name"], "-c", "app")
+    assert len(spans) == KNOWN_WAITS, (spans, log)
+    check_known_waits([s["tags"] for s in spans], truths)
+    for span in spans:  # the resource the Operator's env gives: this Pod's
+        resource = {t["key"]: t["value"] for t in span["process"]["tags"]}
+        assert resource["k8s.namespace.name"] == APPS_NAMESPACE, resource
+        assert resource["k8s.pod.name"] == pod["metadata"]["name"], resource
+    assert "Failed to export" not in log, log
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == kube.VOLUME)
+    size = int(cluster.kubectl("-n", APPS_NAMESPACE, "exec", pod["metadata"]["name"], "-c", "app", "--",
+                               "du", "-sb", kube.MOUNT).split()[0])
+    assert volume["emptyDir"]["sizeLimit"] == "200Mi" and size < TREE_LIMIT, (volume, size)
+    print(f"{name}: /blocked waits {[s['tags']['gil.wait_ms'] for s in spans]} ms, holds {truths} ms; "
+          f"tree {size / 2**20:.1f} MiB of the 200Mi emptyDir")
 
 
 def test_down_leaves_nothing(node):
