@@ -71,7 +71,7 @@ class Attachment:
     def __init__(self, pid: int, command: str, progress: Callable[[str], None] = print, parks: bool = False) -> None:
         """``parks``: on a free-threaded build running without its GIL, time its parks instead
         (``gil_disabled`` says why there are no GIL figures; :meth:`poll` fills ThreadTrace.parked)."""
-        from otel_gil_collector import elf, parkkinds, probes
+        from otel_gil_collector import elf, parkkinds, probes, pyprocess
         from otel_gil_collector.__main__ import PreflightError, _check_kernel, _check_privileges, _import_bcc
 
         try:
@@ -95,8 +95,11 @@ class Attachment:
             self.gil_disabled = f"{exc.code}: {exc}"
             try:
                 self.plan = probes.plan_parks(pid)
-                self._kinds = parkkinds.Classifier(pid, probes.mapped_files(pid), self.plan.interpreter,
-                                                   elf.load(self.plan.interpreter_file))
+                maps, info = probes.mapped_files(pid), elf.load(self.plan.interpreter_file)
+                if pyprocess.gil_enabled(pid, maps, self.plan.interpreter, info):  # GIL figures after all
+                    self.plan, self.gil_disabled = probes.plan(pid, gil_enabled=True), ""
+                else:
+                    self._kinds = parkkinds.Classifier(pid, maps, self.plan.interpreter, info)
             except (probes.UnsupportedProcess, Unreadable, elf.ElfLookupError) as why:
                 raise AttachError(f"{self.gil_disabled}; no parked time either: {why}") from None
         from otel_gil_collector.tracer import Tracer

@@ -1,11 +1,13 @@
-"""A free-threaded process (its GIL off, no otel_gil) for ``otel-gil report``'s parked time.
+"""A free-threaded process (no otel_gil) for ``otel-gil report``'s parked time (its GIL off) and
+GIL figures (``PYTHON_GIL=1``).
 
 Usage: python report_parks.py HOLD_MS. Prints ``ready {role: native tid}``, waits for SIGUSR1
 (sent once the report captures), then: the main thread holds a ``threading.Lock`` for HOLD_MS
 while thread ``lock-victim`` acquires it; then sorts a shared list with a key that stays attached
-for HOLD_MS (a ``ctypes.PyDLL`` usleep: the list's critical section held) while thread
-``list-victim`` appends to it. Prints each victim's wait (monotonic ns, timed around the call),
-and lives until its stdin closes. The victims wait for their turn with time.sleep (no park).
+for HOLD_MS (a ``ctypes.PyDLL`` usleep: the list's critical section held, and the GIL if on)
+while thread ``list-victim`` appends to it. Prints each victim's wait and the key's PyDLL call
+(``sort_held``), monotonic ns timed around each, and lives until its stdin closes. The victims
+wait for their turn with time.sleep (no park).
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ def acquire() -> None:
 def key(x: int) -> int:
     if x == 0:
         turn["list"] = True
+        t0 = time.monotonic_ns()
         _usleep(hold_ms * 1000)
+        truth["sort_held"] = time.monotonic_ns() - t0
     return x
 
 
@@ -60,7 +64,7 @@ with lock:
 while "lock" not in truth:
     time.sleep(0.001)
 shared.sort(key=key)
-while "list" not in truth:
+while "list" not in truth:  # with the GIL on (PYTHON_GIL=1), the sort held it: sort_held
     time.sleep(0.001)
 print(json.dumps(truth), flush=True)
 sys.stdin.read()
