@@ -201,7 +201,8 @@ def _ns_or_dash(seconds: float) -> str:
 def render_parked(report: dict) -> str:
     """The text of a free-threaded process's report: parked time by kind, per thread."""
     heads = ("stw", "crit sec", "app lock", "internal", "other")  # semconv.PARK_KINDS, in order
-    lines = [f"pid {report['pid']} ({report['interpreter']}), {report['duration_s']:.1f} s: {report['gil']}; "
+    lines = [f"pid {report['pid']} ({report['interpreter']}), {report['duration_s']:.1f} s: "
+             f"{report['gil'].split(':')[0]} (a free-threaded build running without a GIL: no GIL figures); "
              "time parked in CPython's parking lot instead, by what each thread parked on",
              *([] if report["thread_names"] == "threading" else [f"thread names from {report['thread_names']}"]),
              "", f"{'tid':>8} {'thread':<20} " + " ".join(f"{h:>9}" for h in heads) + f" {'total':>9} {'parks':>7}"
