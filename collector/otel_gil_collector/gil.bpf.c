@@ -1,7 +1,7 @@
 /* GIL hand-off tracing for the processes registered with otel-gil-collector.
  *
  * What each event writes: otel_gil/gil_writer.h, which the in-process backend
- * compiles too. Probes (all attached per registered pid, never host-wide, no uretprobe):
+ * compiles too. Probes (all attached per registered pid, never host-wide; one uretprobe):
  *   take_gil entry            bootstrap only: marks the thread until the GIL's
  *                             two condition variables are learned, then detached
  *   pthread_cond_signal       on gil->cond: release (drop_gil, even inlined), which
@@ -13,7 +13,7 @@
  * and, for `otel-gil report` on a free-threaded build running without its GIL only:
  *   _PyParkingLot_Park        entry: a park on its addr opens (gil_writer.h: PARK);
  *                             return (a uretprobe): it closes (UNPARK), its time
- *                             added to its address's in park_addrs
+ *                             added to its address's total in park_addrs
  *
  * GIL_NSLOTS is set by the collector (-DGIL_NSLOTS=...).
  */

@@ -16,7 +16,7 @@ from otel_gil import ring as ringlib
 from otel_gil_collector import elf
 from otel_gil_collector.pyprocess import Memory, Unreadable, build_of, load_base
 
-MAX_THREADS = 1 << 16  # thread states walked at most (a loop in a hostile list ends there)
+MAX_THREADS = 4096  # thread states walked at most (a hostile list's loop ends there); report has 2048 slots
 Kind = tuple[int, str]  # (ring.PARK_*, the object's type name for PARK_OBJECT, else "")
 
 
