@@ -47,10 +47,14 @@ class Classifier:
             mem.close()
 
     def kinds_of(self, addresses: set[int]) -> dict[int, Kind]:
-        """Each address's kind (those not seen before read now; one unreadable is other)."""
+        """Each address's kind (those not seen before read now; one unreadable is other, and
+        so are those first seen once the process is gone)."""
         new = addresses - self.kinds.keys()
         if new:
-            mem = Memory(self.pid)
+            try:
+                mem = Memory(self.pid)
+            except Unreadable:
+                return {addr: self.kinds.get(addr, (ringlib.PARK_OTHER, "")) for addr in addresses}
             try:
                 states = self._thread_states(mem)
                 for addr in new:

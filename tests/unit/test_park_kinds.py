@@ -68,3 +68,10 @@ def test_what_is_no_object_is_other():
     mem.put(0x71000, bytes(64))
     assert kinds._kind(mem, 0x70000 + ROW.ob_mutex, set()) == (ring.PARK_OTHER, "")
     assert kinds._kind(mem, LIST + ROW.ob_mutex + 1, set()) == (ring.PARK_OTHER, "")  # misaligned
+
+
+def test_a_process_gone_leaves_new_addresses_other():
+    kinds, _ = process()
+    kinds.pid, kinds.kinds = 1 << 30, {LIST: (ring.PARK_OBJECT, "list")}  # no such pid: /proc/<pid>/mem fails
+    assert kinds.kinds_of({LIST, LOCK}) == {LIST: (ring.PARK_OBJECT, "list"), LOCK: (ring.PARK_OTHER, "")}
+    assert LOCK not in kinds.kinds  # not kept: unknown, not other
