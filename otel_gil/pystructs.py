@@ -208,3 +208,8 @@ PARKING: dict[tuple[int, int], Parking] = {
 # _Py_DebugOffsets positions (3.13+) of runtime_state.size and interpreter_state.size: a park
 # on an address inside _PyRuntime or the main PyInterpreterState is the interpreter's own.
 DEBUG_RUNTIME_SIZE, DEBUG_INTERP_SIZE = 24, 48
+# ... of interpreter_state.threads_head and thread_state.next (3.13): the collector walks the
+# thread states for a park on one's state (a stop-the-world; in-process, the parker's own).
+DEBUG_THREADS_HEAD, DEBUG_TSTATE_NEXT = 72, 168
+# The app's locks' types (Modules/_threadmodule.c): the collector tells them by tp_name.
+LOCK_TYPE_NAMES = (b"_thread.lock", b"_thread.RLock")

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from otel_gil import blame as blamelib
+from otel_gil import protocol
 from otel_gil import ring as ringlib
 from otel_gil_collector import threadnames
+from otel_gil_collector.pyprocess import Unreadable
 
 LONG_NS = 1_000_000  # a hold or wait this long is drawn and listed one by one
 NAMES_EVERY_NS = 500_000_000
@@ -37,6 +39,10 @@ class ThreadTrace:
     holds: list[tuple[int, int]] = field(default_factory=list)  # (start_ns, end_ns)
     waits: list[ringlib.Wait] = field(default_factory=list)
     lost: int = 0  # long holds/waits overwritten in the ring before they were read
+    # free-threaded, GIL off: ns parked by ring.PARK_*, and by critical sections' object type
+    parked: tuple[int, ...] = (0,) * ringlib.PARK_KINDS
+    parked_types: dict[str, int] = field(default_factory=dict)
+    parks: int = 0
     _seen_holds: int = 0
     _seen_waits: int = 0
 
@@ -62,8 +68,10 @@ def proc_thread_names(pid: int) -> dict[int, str]:
 class Attachment:
     """The collector's probes on one process, for as long as the attachment is open."""
 
-    def __init__(self, pid: int, command: str, progress: Callable[[str], None] = print) -> None:
-        from otel_gil_collector import probes
+    def __init__(self, pid: int, command: str, progress: Callable[[str], None] = print, parks: bool = False) -> None:
+        """``parks``: on a free-threaded build running without its GIL, time its parks instead
+        (``gil_disabled`` says why there are no GIL figures; :meth:`poll` fills ThreadTrace.parked)."""
+        from otel_gil_collector import elf, parkkinds, probes, pyprocess
         from otel_gil_collector.__main__ import PreflightError, _check_kernel, _check_privileges, _import_bcc
 
         try:
@@ -77,10 +85,23 @@ class Attachment:
             raise AttachError(str(exc.code)) from None
         if not os.path.exists(f"/proc/{pid}"):
             raise AttachError(f"no process {pid}")
+        self.gil_disabled = ""  # why there are no GIL figures, parked time instead
+        self._kinds: Optional[parkkinds.Classifier] = None
         try:
             self.plan = probes.plan(pid)
         except probes.UnsupportedProcess as exc:
-            raise AttachError(str(exc)) from None
+            if not (parks and exc.code == protocol.GIL_DISABLED):
+                raise AttachError(str(exc)) from None
+            self.gil_disabled = f"{exc.code}: {exc}"
+            try:
+                self.plan = probes.plan_parks(pid)
+                maps, info = probes.mapped_files(pid), elf.load(self.plan.interpreter_file)
+                if pyprocess.gil_enabled(pid, maps, self.plan.interpreter, info):  # GIL figures after all
+                    self.plan, self.gil_disabled = probes.plan(pid, gil_enabled=True), ""
+                else:
+                    self._kinds = parkkinds.Classifier(pid, maps, self.plan.interpreter, info)
+            except (probes.UnsupportedProcess, Unreadable, elf.ElfLookupError) as why:
+                raise AttachError(f"{self.gil_disabled}; no parked time either: {why}") from None
         from otel_gil_collector.tracer import Tracer
 
         progress("compiling and loading the BPF program (a few seconds)...")
@@ -100,7 +121,8 @@ class Attachment:
         self._names_at = 0
         self.names_from = "threading"  # or why /proc's names are shown instead
         self._progress = progress
-        progress(f"attached to pid {pid} ({self.plan.interpreter}, take_gil found by {self.plan.located_by})")
+        found = "_PyParkingLot_Park" if self._kinds else "take_gil"
+        progress(f"attached to pid {pid} ({self.plan.interpreter}, {found} found by {self.plan.located_by})")
 
     def __enter__(self) -> "Attachment":
         return self
@@ -162,6 +184,8 @@ class Attachment:
             t._seen_holds, t._seen_waits = slot.long_holds, slot.long_waits
             present.add(slot.tid)
         self.present = present
+        if self._kinds is not None:
+            self._parked(now)
         new, complete = self._traced.view.holds_since(self.holds[-1].end_ns if self.holds else 0)
         self.holds += new
         self.holds_lost += not complete and bool(self.holds)
@@ -173,6 +197,36 @@ class Attachment:
                 self.threads.setdefault(tid, ThreadTrace(tid)).name = name
             self._names_at = now
         return now
+
+    def _parked(self, now: int) -> None:
+        """Each thread's parked time by kind so far: its addresses' totals, and its open park at
+        ``now`` (read before them: one that closed since is in its address's total already);
+        closed parks the BPF map had no room for are other."""
+        slots = {s.tid: s for s in self._traced.view.threads()}
+        by_addr = self._tracer.parks_by_address(self.pid)
+        totals: dict[int, ThreadTrace] = {tid: ThreadTrace(tid) for tid in slots}
+        open_at = {s.park_addr for s in slots.values() if s.park_start_ns}
+        kinds = self._kinds.kinds_of({addr for _, addr in by_addr} | open_at)
+        for (tid, addr), (ns, parks) in by_addr.items():
+            self._add_park(totals, tid, kinds[addr], ns, parks)
+        for tid, s in slots.items():
+            t = totals[tid]
+            if s.parks > t.parks:
+                self._add_park(totals, tid, (ringlib.PARK_OTHER, ""), max(sum(s.parked_ns) - sum(t.parked), 0),
+                               s.parks - t.parks)
+            if s.park_start_ns and t.parks == s.parks:
+                self._add_park(totals, tid, kinds[s.park_addr], max(now - s.park_start_ns, 0), 0)
+        for tid, got in totals.items():
+            t = self.threads.setdefault(tid, ThreadTrace(tid))
+            t.parked, t.parked_types, t.parks = got.parked, got.parked_types, got.parks
+
+    @staticmethod
+    def _add_park(totals: dict[int, ThreadTrace], tid: int, kind: tuple[int, str], ns: int, parks: int) -> None:
+        t = totals.setdefault(tid, ThreadTrace(tid))
+        t.parked = tuple(v + ns * (k == kind[0]) for k, v in enumerate(t.parked))
+        t.parks += parks
+        if kind[0] == ringlib.PARK_OBJECT:
+            t.parked_types[kind[1]] = t.parked_types.get(kind[1], 0) + ns
 
     def forget(self, before_ns: int) -> None:
         """Drop the long holds and waits that ended before ``before_ns``, and the holds no kept

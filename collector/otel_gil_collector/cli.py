@@ -32,7 +32,9 @@ def _report(args: argparse.Namespace) -> int:
 
     def run() -> int:
         captured = report.capture(args.pid, args.duration, report.progress_to_stderr)
-        if args.timeline:
+        if args.timeline and "gil" in captured.report:
+            report.progress_to_stderr(f"no timeline ({captured.report['gil']}): it draws GIL holds and waits")
+        elif args.timeline:
             report.progress_to_stderr(f"timeline written to {timeline.write(captured, args.timeline)}")
         print(report.to_json(captured.report) if args.json else report.render(captured.report))
         return 0

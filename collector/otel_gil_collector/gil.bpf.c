@@ -1,7 +1,7 @@
 /* GIL hand-off tracing for the processes registered with otel-gil-collector.
  *
  * What each event writes: otel_gil/gil_writer.h, which the in-process backend
- * compiles too. Probes (all attached per registered pid, never host-wide, no uretprobe):
+ * compiles too. Probes (all attached per registered pid, never host-wide; one uretprobe):
  *   take_gil entry            bootstrap only: marks the thread until the GIL's
  *                             two condition variables are learned, then detached
  *   pthread_cond_signal       on gil->cond: release (drop_gil, even inlined), which
@@ -10,6 +10,10 @@
  *   pthread_cond_timedwait    on gil->cond: a contended wait starts
  *   sched_process_exit        (raw tracepoint) a thread exits: fold its figures
  *                             into the header and free its slot
+ * and, for `otel-gil report` on a free-threaded build running without its GIL only:
+ *   _PyParkingLot_Park        entry: a park on its addr opens (gil_writer.h: PARK);
+ *                             return (a uretprobe): it closes (UNPARK), its time
+ *                             added to its address's total in park_addrs
  *
  * GIL_NSLOTS is set by the collector (-DGIL_NSLOTS=...).
  */
@@ -240,6 +244,61 @@ int cond_timedwait(struct pt_regs *ctx)
 	struct gil_slot *s = slot_get(slots, h, tid);
 	if (s)
 		gil_on_wait(h, s, bpf_ktime_get_ns());
+	return 0;
+}
+
+/* Parks by address: (tgid, tid, address parked on) -> time parked there. User space says
+ * what each address is (otel_gil_collector/parkkinds.py), from the process's memory; a park
+ * this map has no room for counts in its slot's parked_ns[GIL_PARK_OTHER] only. */
+struct park_key {
+	u32 tgid;
+	u32 tid;
+	u64 addr;
+};
+struct park_total {
+	u64 ns;
+	u64 parks;
+};
+BPF_HASH(park_addrs, struct park_key, struct park_total, 16384);
+
+/* The current thread's slot in its registered process (claimed on its first event if `claim`),
+ * and that process's header; NULL if none. */
+static __always_inline struct gil_slot *current_slot(struct gil_header **h, int claim)
+{
+	void *slots;
+	u32 tid;
+	*h = current_proc(&slots, &tid);
+	if (!*h)
+		return NULL;
+	return claim ? slot_get(slots, *h, tid) : slot_find(slots, tid);
+}
+
+/* _PyParkingLot_Park(addr, ...): a park on addr opens (its kind left to user space). */
+int park_entry(struct pt_regs *ctx)
+{
+	struct gil_header *h;
+	struct gil_slot *s = current_slot(&h, 1);
+	char none[GIL_PARK_TYPE] = {};
+	if (s)
+		gil_on_park(s, bpf_ktime_get_ns(), GIL_PARK_OTHER, PT_REGS_PARM1(ctx), none);
+	return 0;
+}
+
+/* Its return: the park closes, its time added to its address's total. */
+int park_return(struct pt_regs *ctx)
+{
+	struct gil_header *h;
+	struct gil_slot *s = current_slot(&h, 0);
+	if (!s || !s->park_start_ns)
+		return 0;
+	u64 now = bpf_ktime_get_ns();
+	struct park_key key = {bpf_get_current_pid_tgid() >> 32, s->tid, s->park_addr};
+	struct park_total zero = {}, *total = park_addrs.lookup_or_try_init(&key, &zero);
+	if (total && now > s->park_start_ns) {
+		__sync_fetch_and_add(&total->ns, now - s->park_start_ns);
+		__sync_fetch_and_add(&total->parks, 1);
+	}
+	gil_on_unpark(h, s, now);
 	return 0;
 }
 

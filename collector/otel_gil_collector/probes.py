@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from otel_gil_collector import elf, pyprocess
-from otel_gil import protocol
+from otel_gil import protocol, pystructs
 from otel_gil import ring
 
 # &gil->switch_cond - &gil->cond: sizeof(pthread_cond_t) + sizeof(pthread_mutex_t).
@@ -57,6 +57,7 @@ class Probe:
     offset: int  # file offset of the probed instruction
     handler: str  # BPF function in gil.bpf.c
     bootstrap: bool = False  # detached once the condition variables are learned
+    retprobe: bool = False  # on the function's return (a uretprobe), not its entry
 
 
 @dataclass(frozen=True)
@@ -249,6 +250,29 @@ def plan(pid: int, gil_enabled: bool = False) -> ProbePlan:
     probes += [Probe(_attach_path(pid, c_lib), c.dynamic[name].offset, handlers[handler])
                for name, handler in _COND_FUNCTIONS]
     return ProbePlan(interp.path, interp_path, tuple(probes), stride, how, bytes(layout).hex(), no_locations)
+
+
+def plan_parks(pid: int) -> ProbePlan:
+    """The probes that time ``pid``'s parks (`otel-gil report` on a free-threaded build running
+    without its GIL, of a CPython with a ``pystructs.PARKING`` row): ``_PyParkingLot_Park``'s
+    entry and return."""
+    maps = mapped_files(pid)
+    interp = _interpreter(pid, maps, gil_enabled=True)
+    build = pyprocess.build_of(interp.path)
+    if build is None or not build[1] or build[0] not in pystructs.PARKING:
+        raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER,
+                                 f"no parking offsets for {interp.path} (otel_gil/pystructs.py)")
+    interp_path = _host_path(pid, interp)
+    try:
+        py = elf.load(interp_path)
+    except elf.ElfLookupError as exc:
+        raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, str(exc)) from None
+    park = py.dynamic.get("_PyParkingLot_Park") or py.functions.get("_PyParkingLot_Park")
+    if park is None:
+        raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, f"{interp.path} has no _PyParkingLot_Park symbol")
+    path = _attach_path(pid, interp)
+    probes = (Probe(path, park.offset, "park_entry"), Probe(path, park.offset, "park_return", retprobe=True))
+    return ProbePlan(interp.path, interp_path, probes, 0, "symbol")
 
 
 def _attach_path(pid: int, mapping: Mapping) -> str:

@@ -99,3 +99,20 @@ def py_layout(pid: int, maps: Sequence, mapped_path: str, info: elf.ElfInfo) -> 
         return ringlib.PyLayout(), str(exc)
     types = (base + info.data[name].address for name in _TYPES)
     return pystructs.py_layout(build[0], *types, free_threaded=build[1]), ""
+
+
+def gil_enabled(pid: int, maps: Sequence, mapped_path: str, info: elf.ElfInfo) -> bool:
+    """Whether a free-threaded ``pid`` runs with its GIL on now (``PYTHON_GIL=1``, or turned on
+    by an import): its main interpreter's ``_gil_runtime_state.enabled``; Unreadable if unknown."""
+    build = build_of(mapped_path)
+    if build is None or "_PyRuntime" not in info.data:
+        raise Unreadable(f"{mapped_path} does not say which CPython it is, or exports no _PyRuntime")
+    mem = Memory(pid)
+    try:
+        runtime = load_base(maps, mapped_path, info) + info.data["_PyRuntime"].address
+        address = pystructs.gil_enabled_address(build[0], runtime, mem.read)
+        if address is None:
+            raise Unreadable(f"where {os.path.basename(mapped_path)} keeps whether its GIL is on is unknown")
+        return struct.unpack("<i", mem.read(address, 4))[0] != 0
+    finally:
+        mem.close()

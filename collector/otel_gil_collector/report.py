@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from otel_gil import ring as ringlib
+from otel_gil.semconv import PARK_KINDS
 from otel_gil_collector import functions
 from otel_gil_collector.attach import AttachError, Attachment, ThreadTrace
 
@@ -54,7 +55,7 @@ def _thread(t: ThreadTrace, wall_s: float) -> dict:
 
 def capture(pid: int, duration_s: float, progress: Callable[[str], None] = print) -> Capture:
     """Attach to ``pid`` for ``duration_s`` (less if it exits) and return what was seen."""
-    with Attachment(pid, "otel-gil report", progress) as att:
+    with Attachment(pid, "otel-gil report", progress, parks=True) as att:
         progress(f"capturing {duration_s:g} s...")
         sample_every = max(int(duration_s * 1e9 / SAMPLES), int(POLL_S * 1e9))
         samples: list[tuple[int, dict[int, tuple[int, int]]]] = []
@@ -73,6 +74,8 @@ def capture(pid: int, duration_s: float, progress: Callable[[str], None] = print
             print(file=sys.stderr)
         if not att.alive:
             progress(f"pid {pid} exited during the capture: reporting up to its exit")
+        if att.gil_disabled:
+            return Capture(_parked_report(att, end), att.threads)
         if not att.located:
             raise AttachError(att.not_located())
         header = att.header
@@ -107,6 +110,29 @@ def capture(pid: int, duration_s: float, progress: Callable[[str], None] = print
     return Capture(report, threads, samples, holds, locations)
 
 
+def _parked_report(att: Attachment, end: int) -> dict:
+    """The report of a free-threaded build running without its GIL: each thread's parked time
+    by what it parked on (README, "Free-threaded builds", "Parked time")."""
+    wall = (end - att.start_ns) / 1e9
+    rows = []
+    for tid in att.present:
+        t = att.threads[tid]
+        by_time = sorted(t.parked_types.items(), key=lambda item: item[1], reverse=True)
+        rows.append({"tid": tid, "name": t.name, "parks": t.parks,
+                     "parked_s": {kind: ns / 1e9 for kind, ns in zip(PARK_KINDS, t.parked)},
+                     "parked_total_s": sum(t.parked) / 1e9, "parked_pct": _pct(sum(t.parked) / 1e9, wall),
+                     "critical_section_types": {name: ns / 1e9 for name, ns in by_time}})
+    rows.sort(key=lambda r: r["parked_total_s"], reverse=True)
+    header = att.header
+    return {
+        "pid": att.pid, "duration_s": round(wall, 6), "start_ns": att.start_ns,
+        "interpreter": att.plan.interpreter, "thread_names": att.names_from,
+        "gil": att.gil_disabled,  # why there are no GIL figures
+        "threads": rows,
+        "exited_threads": {"threads": header.exited_threads, "parked_s": sum(header.exited_parked_ns) / 1e9},
+    }
+
+
 def _functions(p: functions.Profile, total_hold_s: float, wall_s: float, threads: dict[int, ThreadTrace]) -> dict:
     """The hold-time-by-function part of the report."""
     return {
@@ -136,6 +162,8 @@ def _quantiles(row: dict) -> str:
 
 
 def render(report: dict) -> str:
+    if "gil" in report:
+        return render_parked(report)
     lines = [
         f"pid {report['pid']} ({report['interpreter']}), {report['duration_s']:.1f} s: "
         f"GIL held {report['hold_pct']:.1f} % of wall time, waited for {report['wait_pct']:.1f} % "
@@ -163,6 +191,32 @@ def render(report: dict) -> str:
     lines += render_functions(report["functions"])
     lines += ["", "long = waits >= 1 ms; convoy = waits >= the switch interval (the 5 ms penalty); "
               "a wait from a forced switch counts from the release"]
+    return "\n".join(lines)
+
+
+def _ns_or_dash(seconds: float) -> str:
+    return fmt_ns(seconds * 1e9) if seconds else "-"
+
+
+def render_parked(report: dict) -> str:
+    """The text of a free-threaded process's report: parked time by kind, per thread."""
+    heads = ("stw", "crit sec", "app lock", "internal", "other")  # semconv.PARK_KINDS, in order
+    lines = [f"pid {report['pid']} ({report['interpreter']}), {report['duration_s']:.1f} s: "
+             f"{report['gil'].split(':')[0]} (a free-threaded build running without a GIL: no GIL figures); "
+             "time parked in CPython's parking lot instead, by what each thread parked on",
+             *([] if report["thread_names"] == "threading" else [f"thread names from {report['thread_names']}"]),
+             "", f"{'tid':>8} {'thread':<20} " + " ".join(f"{h:>9}" for h in heads) + f" {'total':>9} {'parks':>7}"
+             "  critical sections on"]
+    for t in report["threads"]:
+        on = ", ".join(f"{name or '?'} {fmt_ns(s * 1e9)}" for name, s in list(t["critical_section_types"].items())[:3])
+        kinds = " ".join(f"{_ns_or_dash(t['parked_s'][k]):>9}" for k in PARK_KINDS)
+        total = fmt_ns(t["parked_total_s"] * 1e9)
+        lines.append(f"{t['tid']:>8} {t['name'][:20]:<20} {kinds} {total:>9} {t['parks']:>7}  {on}")
+    e = report["exited_threads"]
+    if e["threads"]:
+        lines.append(f"{'':>8} {'(exited threads)':<20} {'':>49} {fmt_ns(e['parked_s'] * 1e9):>9}")
+    lines += ["", "stw = stop-the-world (suspended, or waiting for the others to stop); crit sec = an object's "
+              "critical section (by its type); app lock = a threading.Lock; internal = the interpreter's own locks"]
     return "\n".join(lines)
 
 

@@ -59,7 +59,7 @@ class Tracer:
         self._fns = {
             name: self._bpf.load_func(name.encode(), BPF.KPROBE).fd
             for name in ("take_gil_entry", "cond_signal_lnotab", "cond_signal_pairs", "cond_signal_locations",
-                         "cond_timedwait")
+                         "cond_timedwait", "park_entry", "park_return")
         }
         self.traced: dict[int, Traced] = {}
         self._uprobes: dict[str, int] = {}  # event name -> perf event fd
@@ -109,7 +109,7 @@ class Tracer:
         return traced
 
     def _attach(self, pid: int, probe: Probe) -> str:
-        name = f"p_otelgil_{pid}_{probe.handler}_{probe.offset:x}"
+        name = f"{'r' if probe.retprobe else 'p'}_otelgil_{pid}_{probe.handler}_{probe.offset:x}"
         self._uprobes[name] = open_uprobe(self._fns[probe.handler], name, probe, pid)
         return name
 
@@ -127,6 +127,10 @@ class Tracer:
                     traced.events.remove(name)
                 traced.bootstrap.clear()
                 log.info("pid %d: GIL located, tracing every hand-off", traced.pid)
+
+    def parks_by_address(self, pid: int) -> dict[tuple[int, int], tuple[int, int]]:
+        """(tid, address parked on) -> (ns parked there, parks) of ``pid`` so far (park_addrs)."""
+        return {(k.tid, k.addr): (v.ns, v.parks) for k, v in self._bpf["park_addrs"].items() if k.tgid == pid}
 
     def remove(self, pid: int) -> None:
         traced = self.traced.pop(pid, None)
@@ -157,7 +161,7 @@ def open_uprobe(prog_fd: int, name: str, probe: Probe, pid: int) -> int:
     """
     from bcc import lib
 
-    fd = lib.bpf_attach_uprobe(prog_fd, 0, name.encode(), probe.path.encode(), probe.offset, pid)
+    fd = lib.bpf_attach_uprobe(prog_fd, int(probe.retprobe), name.encode(), probe.path.encode(), probe.offset, pid)
     if fd < 0:
         raise OSError(f"uprobe {probe.handler} at {probe.path}+{probe.offset:#x} failed to attach")
     return fd

@@ -43,8 +43,9 @@ int main(void) {
     printf("parking %zu,%zu,%zu,%zu,%zu,%zu,%zu\n", offsetof(PyThreadState, state), offsetof(PyObject, ob_mutex),
            offsetof(PyObject, ob_type), offsetof(lockobject, lock), offsetof(PyTypeObject, tp_name),
            offsetof(_PyRuntimeState, stoptheworld.stop_event), offsetof(PyInterpreterState, stoptheworld.stop_event));
-    printf("debug_sizes %zu,%zu\n", offsetof(_Py_DebugOffsets, runtime_state.size),
-           offsetof(_Py_DebugOffsets, interpreter_state.size));
+    printf("debug_positions %zu,%zu,%zu,%zu\n", offsetof(_Py_DebugOffsets, runtime_state.size),
+           offsetof(_Py_DebugOffsets, interpreter_state.size), offsetof(_Py_DebugOffsets, interpreter_state.threads_head),
+           offsetof(_Py_DebugOffsets, thread_state.next));
 #else
     P("free_threaded", 0);
 #endif
@@ -157,8 +158,8 @@ def test_the_row_matches_the_headers(matrix_runner, name):
         parking = pystructs.PARKING[version]
         assert (parking.tstate_state, parking.ob_mutex, parking.ob_type, parking.lock_mutex, parking.tp_name,
                 parking.stw_runtime, parking.stw_interp) == tuple(int(p) for p in facts.pop("parking").split(","))
-        assert (pystructs.DEBUG_RUNTIME_SIZE, pystructs.DEBUG_INTERP_SIZE) == \
-            tuple(int(p) for p in facts.pop("debug_sizes").split(","))
+        assert (pystructs.DEBUG_RUNTIME_SIZE, pystructs.DEBUG_INTERP_SIZE, pystructs.DEBUG_THREADS_HEAD,
+                pystructs.DEBUG_TSTATE_NEXT) == tuple(int(p) for p in facts.pop("debug_positions").split(","))
     debug = {key[len("debug."):]: int(value) for key, value in facts.items() if key.startswith("debug.")}
     assert row.debug == debug
     for key, value in facts.items():

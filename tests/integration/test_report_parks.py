@@ -1,0 +1,93 @@
+"""`otel-gil report --pid` on a free-threaded build (3.13t) running without its GIL, no
+otel_gil inside: no GIL figures (``gil_disabled``), and each thread's parked time by kind,
+against the target's own timing (tests/workloads/report_parks.py): a ``threading.Lock`` held
+200 ms by another thread is the app's lock, a list held by a sort's critical section is a
+critical section on a ``list``, a ``gc.collect()`` over a large heap suspends a counting thread
+for a stop-the-world. Tolerance: 5 % or 0.5 ms, whichever is larger."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+
+from helpers import ROOT, Runner
+
+WORKLOAD = ROOT / "tests" / "workloads" / "report_parks.py"
+HOLD_MS = 200
+CLI = [sys.executable, "-m", "otel_gil.cli"]
+
+
+def within(measured_s: float, truth_ns: int) -> bool:
+    return abs(measured_s * 1e3 - truth_ns / 1e6) <= max(0.05 * truth_ns / 1e6, 0.5)
+
+
+def report_of(runner: Runner, *options: str) -> tuple[dict | str, dict, dict, str]:
+    """(the report, JSON or text; the truth; the victims' tids; report's stderr)."""
+    target = subprocess.Popen(runner.command(WORKLOAD, str(HOLD_MS)), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, **runner.env})
+    try:
+        ready, tids = target.stdout.readline().split(" ", 1)
+        assert ready == "ready", ready
+        report = subprocess.Popen([*CLI, "report", "--pid", str(target.pid), "--duration", "3s", *options],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
+        progress = []
+        for line in report.stderr:
+            progress.append(line)
+            if "capturing" in line:
+                break
+        os.kill(target.pid, signal.SIGUSR1)
+        truth = json.loads(target.stdout.readline())
+        out, err = report.communicate(timeout=60)
+        assert report.returncode == 0, "".join(progress) + err
+    finally:
+        target.kill()
+        target.wait()
+    return (json.loads(out) if "--json" in options else out), truth, json.loads(tids), "".join(progress) + err
+
+
+def test_report_parked_time_by_kind(free_threaded):
+    result, truth, tids, progress = report_of(free_threaded, "--json")
+    assert "_PyParkingLot_Park found by symbol" in progress, progress
+    assert result["gil"].startswith("gil_disabled: ") and "free-threaded" in result["gil"], result["gil"]
+    assert not any(key in result for key in ("hold_pct", "wait_pct", "functions")), result
+    by_tid = {t["tid"]: t for t in result["threads"]}
+    assert min(truth["lock"], truth["list"]) >= HOLD_MS * 0.8 * 1e6, truth  # each victim did wait
+    lock = by_tid[tids["lock"]]
+    assert lock["name"] == "lock-victim", lock
+    assert within(lock["parked_s"]["app_lock"], truth["lock"]), (lock, truth)
+    assert lock["parked_s"]["critical_section"] < 0.5e-3 and lock["parked_s"]["stop_the_world"] < 0.5e-3, lock
+    listed = by_tid[tids["list"]]
+    assert within(listed["parked_s"]["critical_section"], truth["list"]), (listed, truth)
+    assert list(listed["critical_section_types"]) == ["list"], listed
+    assert within(listed["critical_section_types"]["list"], truth["list"]), listed
+    assert listed["parked_s"]["app_lock"] < 0.5e-3, listed
+    stw, pause_ms = by_tid[tids["stw"]], truth["stw_pause"] / 1e6
+    assert pause_ms >= 10, truth  # gc.collect() over a large heap: a pause
+    # Its stop-the-world parks lie in its gaps, and hold the longest unless the kernel preempted it there.
+    assert stw["parked_s"]["stop_the_world"] * 1e3 <= truth["stw_gaps"] / 1e6 + max(0.05 * pause_ms, 0.5), (stw, truth)
+    if not truth["stw_preempted"]:
+        assert stw["parked_s"]["stop_the_world"] * 1e3 >= pause_ms - max(0.05 * pause_ms, 0.5), (stw, truth)
+    assert stw["parked_s"]["critical_section"] + stw["parked_s"]["app_lock"] < 0.5e-3, stw
+
+
+def test_report_text_says_gil_disabled_and_shows_parks(free_threaded):
+    text, truth, tids, _ = report_of(free_threaded)
+    assert ": gil_disabled (a free-threaded build" in text and "time parked in CPython's parking lot" in text, text
+    (row,) = [line for line in text.splitlines() if line.split()[:1] == [str(tids["list"])]]
+    assert row.split()[1] == "list-victim" and row.split()[-2] == "list", row
+
+
+def test_report_with_the_gil_on_has_gil_figures(free_threaded):
+    """PYTHON_GIL=1: the GIL figures, as on a default build (no parked time): the list victim
+    waited for the GIL while the sort kept it through its PyDLL call (the victim, polling every
+    2 ms, asks for it within 2 ms of the call's start)."""
+    runner = dataclasses.replace(free_threaded, env={**free_threaded.env, "PYTHON_GIL": "1"})
+    result, truth, tids, progress = report_of(runner, "--json")
+    assert "take_gil found by" in progress and "gil" not in result, progress
+    listed = {t["tid"]: t for t in result["threads"]}[tids["list"]]
+    assert "parked_s" not in listed and within(listed["wait_s"], truth["sort_held"]), (listed, truth)
