@@ -146,7 +146,8 @@ def snapshot(registration: Backend, metrics: Optional[GilMetrics] = None) -> _St
     if state.ring is None or state.status != REGISTERED:
         now, wall = time.monotonic_ns(), time.time_ns()
         start = _Start(registration, None, state.generation, cache[1], now, wall, ringlib.ZERO, state.status, metrics)
-        start.parked = parks.snapshot()
+        # Parks on a loop's (or greenlet hub's) thread are whichever context's ran: none told apart here.
+        start.parked = parks.snapshot() if parks.current is not None and not shared_thread() else None
         return start
     now, counters = _read(state.ring, cache)
     return _Start(registration, state.ring, state.generation, cache[1], now, time.time_ns(), counters, state.status,

@@ -94,6 +94,16 @@ def test_a_forked_child_times_its_own_parks(free_threaded):
     assert within(attrs["cpython.parked.app_lock_ms"], truth_ms) and attrs["cpython.parks"] == 1, (attrs, truth_ms)
 
 
+def test_a_span_on_an_event_loop_carries_no_other_requests_park(free_threaded):
+    """On a loop's thread a park belongs to whichever request's code ran; without the C context
+    hooks (not built on free-threaded builds) a span cannot tell, so it carries no parked time."""
+    report = run(free_threaded, "loop")
+    assert report["hooked"], report["stderr"]
+    assert report["parked_s"]["app_lock"] * 1e3 >= HOLD_MS * 0.5, report["parked_s"]  # the thread did park
+    attrs = victim(report)["attributes"]
+    assert not [k for k in attrs if k.startswith("cpython.park")], attrs
+
+
 def test_with_the_gil_on_gil_figures_and_no_parked_time(free_threaded):
     """PYTHON_GIL=1: the park hooks are not installed; the lock wait is no GIL wait either
     (the holder sleeps with the GIL released), so nothing is counted twice."""

@@ -15,10 +15,13 @@ something from it:
   victim acquires it.
 - ``fork``: ``app_lock``, then ``app_lock`` again in a forked child (its truth and victim span).
 - ``soak``: 8 threads make spans sharing a list, a dict and a lock for HOLD_MS (no victim).
+- ``loop``: on an asyncio loop, another request's code blocks the loop's thread on a lock a thread
+  holds for HOLD_MS while the victim's span is in flight: the thread's park is not the victim's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import gc
 import json
@@ -156,8 +159,37 @@ def forked(tracer, hold_ms: int) -> dict:
     return answer
 
 
+def loop(tracer, hold_ms: int) -> dict:
+    lock, holding = threading.Lock(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            holding.set()
+            time.sleep(hold_ms / 1000)
+
+    async def victim() -> None:
+        with tracer.start_as_current_span("victim"):
+            await asyncio.sleep(2 * hold_ms / 1000)
+
+    async def other() -> None:
+        await asyncio.sleep(0.01)
+        with lock:  # blocks the loop's thread: it parks, in another request's code
+            pass
+
+    async def both() -> None:
+        await asyncio.gather(victim(), other())
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait()
+    asyncio.run(both())
+    holder.join()
+    return {}
+
+
 SCENARIOS = {
     "fork": forked,
+    "loop": loop,
     "soak": soak,
     "critical_section": critical_section,
     "stop_the_world": stop_the_world,
