@@ -340,7 +340,7 @@ def test_uvloop_loaded_after_instrument_is_hooked_when_its_loop_is_first_seen():
 def test_uvloop_imported_after_instrument_is_hooked_as_its_import_ends():
     """uvloop imported after instrument() (uvicorn under opentelemetry-instrument) has its GOT
     hooked by the import (app start), before any span: no request pays for the patching."""
-    pytest.importorskip("uvloop")
+    required("uvloop")
     code = """if True:
         import sys
         from opentelemetry.sdk.trace import TracerProvider
