@@ -4,7 +4,7 @@ hooks (otel_gil/parks.py) and the collector's uprobe + uretprobe on ``_PyParking
 
     sudo .venv/bin/python bench/park_cost.py --python .venv-matrix/3.13t/bin/python [--rounds 7]
 
-One child process per round runs blocks in three modes, their order rotating from block to block:
+One child process per round runs blocks in five modes, their order rotating from block to block:
 off (nothing), inprocess (``parks.start()``), collector (the report's probes attached to the child
 for that block only, detached after it), floor (the same two probes running empty programs: the
 traps' own cost), entry floor (the entry's alone, empty: what the uretprobe adds). Each block times:
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -147,7 +148,7 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=6)
     parser.add_argument("--no-collector", action="store_true", help="in-process only (no root or bcc needed)")
     args = parser.parse_args()
-    tracer = None
+    tracer, load = None, os.getloadavg()[0]
     if not args.no_collector:
         from otel_gil_collector.__main__ import _check_kernel, _check_privileges, _import_bcc
 
@@ -176,7 +177,8 @@ def main() -> None:
     command = (f"{'sudo ' if tracer else ''}.venv/bin/python bench/park_cost.py --python {args.python} --rounds {args.rounds} "
                f"--parks {args.parks} --calls {args.calls} --ops {args.ops} --blocks {args.blocks}{'' if tracer else ' --no-collector'}")
     body = f"""
-`{command}` on {results.machine()}; the child: CPython {version} free-threaded, GIL off.
+`{command}` on {results.machine()}, load average {load:.1f} at the start; the child: CPython {version}
+free-threaded, GIL off.
 {__doc__.split(chr(10) + chr(10))[2].strip().rsplit(chr(10), 1)[0]}
 
 | case | mode | off, ns | on, ns | on - off (median of rounds) | range over rounds | on / off |
