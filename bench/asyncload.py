@@ -87,11 +87,6 @@ def cpu_ns(pid: int) -> int:
     return total
 
 
-def quartiles(values: list[float]) -> str:
-    q = statistics.quantiles(values, n=4)
-    return f"{100 * q[0]:.1f}-{100 * q[2]:.1f} %"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=20)
@@ -139,7 +134,8 @@ def main() -> int:
         return {r: statistics.median(rounds(mode, r, key)) for r in ROUTES}
 
     def said(mode: str, key: str) -> str:
-        return ", ".join(f"{r} **{100 * ratio(mode, key)[r]:.1f} %** ({quartiles(rounds(mode, r, key))})" for r in ROUTES)
+        return ", ".join(f"{r} **{100 * ratio(mode, key)[r]:.1f} %** ({results.quartiles(rounds(mode, r, key))})"
+                         for r in ROUTES)
     lines = [
         f"`.venv/bin/python bench/asyncload.py --rounds {args.rounds} --seconds {args.seconds:g}"
         f"{' --loop uvloop' if uv else ''}` on {results.machine()}. "

@@ -88,11 +88,6 @@ class Worker:
         self.proc.wait(30)
 
 
-def quartiles(values: list[float]) -> str:
-    q = statistics.quantiles(values, n=4)
-    return f"{100 * q[0]:.1f}-{100 * q[2]:.1f} %"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=30)
@@ -123,7 +118,7 @@ def main() -> int:
     def rounds(m: str, r: str) -> list[float]:
         return [o / g for o, g in zip(us["otel"][r], us[m][r])]
     rows = [f"| {r} | {m} | {statistics.median(us[m][r]):.1f} | {100 * statistics.median(rounds(m, r)):.1f} % | "
-            f"{quartiles(rounds(m, r))} |" for r in ROUTES for m in modes]
+            f"{results.quartiles(rounds(m, r))} |" for r in ROUTES for m in modes]
     uv = args.loop == "uvloop"
     body = "\n".join([
         f"`.venv/bin/python bench/asyncreq.py --rounds {args.rounds} --requests {args.requests}"
