@@ -29,5 +29,6 @@ def test_a_code_object_remade_at_a_freed_ones_address_is_located_at_its_own_line
     assert reused > 1, "no code object and line table were made at a freed pair's addresses: nothing checked"
     logged = [call["logged"] for call in calls]
     assert all(logged), f"calls with no logged hold: {[c for c in calls if not c['logged']]}"
-    wrong = [(call["line"], call["logged"][0]) for call in calls if call["logged"][0] != ["f", "remade.py", call["line"]]]
+    wrong = [(call["line"], call["logged"][0]) for call in calls
+             if call["logged"][0] != ["f", "remade.py", call["line"]]]
     assert not wrong, f"(truth, logged frame) where they differ: {wrong}"
