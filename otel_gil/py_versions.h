@@ -6,6 +6,8 @@
 
 #include <Python.h>
 
+/* Code objects keep their line table in co_linetable (before: co_lnotab). */
+#define PY_3_10_OR_LATER (PY_VERSION_HEX >= 0x030A0000)
 /* PyType_GetDict: static builtin types keep their dict per interpreter. */
 #define PY_3_12_OR_LATER (PY_VERSION_HEX >= 0x030C0000)
 /* PyObject_GetOptionalAttr (before: _PyObject_LookupAttr). */
