@@ -15,13 +15,20 @@ something from it:
   victim acquires it.
 - ``fork``: ``app_lock``, then ``app_lock`` again in a forked child (its truth and victim span).
 - ``soak``: 8 threads make spans sharing a list, a dict and a lock for HOLD_MS (no victim).
-- ``loop``: on an asyncio loop, another request's code blocks the loop's thread on a lock a thread
-  holds for HOLD_MS while the victim's span is in flight: the thread's park is not the victim's.
+- ``loop``: on an asyncio loop, another request's code (its span ``blocked``) blocks the loop's
+  thread on a lock a thread holds for HOLD_MS while the victim's span is in flight: the park is
+  ``blocked``'s, not the victim's.
+- ``uvicorn``: the same on a real uvicorn server (``--loop asyncio --http h11``, the app under
+  OpenTelemetry's ASGI middleware): ``GET /blocked`` waits for the lock while ``GET /victim`` is
+  in flight on the same loop.
+- ``greenlets``: the same between two greenlets of one thread (run with ``PYTHON_GIL=0``: greenlet's
+  module does not declare ``Py_mod_gil``, and importing it would turn the GIL on).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import ctypes
 import gc
 import json
@@ -41,6 +48,7 @@ from otel_gil import parks
 from otel_gil.instrumentor import GilInstrumentor
 
 _exporter = InMemorySpanExporter()
+_provider = TracerProvider()
 _usleep = ctypes.PyDLL(None).usleep  # PyDLL: the caller stays attached, holding what it holds
 
 
@@ -159,7 +167,8 @@ def forked(tracer, hold_ms: int) -> dict:
     return answer
 
 
-def loop(tracer, hold_ms: int) -> dict:
+def held_lock(hold_ms: int) -> tuple[threading.Lock, threading.Thread]:
+    """A lock a thread holds for hold_ms from now (the thread, to join)."""
     lock, holding = threading.Lock(), threading.Event()
 
     def hold() -> None:
@@ -167,29 +176,119 @@ def loop(tracer, hold_ms: int) -> dict:
             holding.set()
             time.sleep(hold_ms / 1000)
 
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait()
+    return lock, holder
+
+
+def wait_for(lock: threading.Lock, truth: dict) -> None:
+    """Take and drop the lock (blocking this thread: it parks), timing the wait into truth."""
+    t0 = time.monotonic_ns()
+    with lock:
+        truth["waited_ns"] = time.monotonic_ns() - t0
+
+
+def loop(tracer, hold_ms: int) -> dict:
+    truth: dict = {}
+
     async def victim() -> None:
         with tracer.start_as_current_span("victim"):
             await asyncio.sleep(2 * hold_ms / 1000)
 
     async def other() -> None:
         await asyncio.sleep(0.01)
-        with lock:  # blocks the loop's thread: it parks, in another request's code
-            pass
+        with tracer.start_as_current_span("blocked"):
+            wait_for(lock, truth)  # blocks the loop's thread: it parks, in this request's code
 
     async def both() -> None:
         await asyncio.gather(victim(), other())
 
-    holder = threading.Thread(target=hold)
-    holder.start()
-    holding.wait()
+    lock, holder = held_lock(hold_ms)
     asyncio.run(both())
     holder.join()
-    return {}
+    return truth
+
+
+def served(tracer, hold_ms: int) -> dict:
+    """``GET /victim`` and ``GET /blocked`` on one uvicorn server's loop, the second waiting for the lock."""
+    import http.client
+
+    import uvicorn
+    from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+
+    truth: dict = {}
+    started = threading.Event()
+
+    async def app(scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["path"] == "/victim":
+            started.set()
+            await asyncio.sleep(2 * hold_ms / 1000)
+        else:
+            wait_for(lock, truth)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    config = uvicorn.Config(OpenTelemetryMiddleware(app, tracer_provider=_provider), host="127.0.0.1", port=0,
+                            loop="asyncio", http="h11", lifespan="off", log_level="warning")
+    server = uvicorn.Server(config)
+    serving = threading.Thread(target=server.run)
+    serving.start()
+    while not server.started:
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+
+    def get(path: str) -> None:
+        client = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        client.request("GET", path)
+        assert client.getresponse().read() == b"ok"
+
+    victim = threading.Thread(target=get, args=("/victim",))
+    victim.start()
+    started.wait()
+    lock, holder = held_lock(hold_ms)
+    get("/blocked")
+    victim.join()
+    holder.join()
+    server.should_exit = True
+    serving.join()
+    return truth
+
+
+def greenlets(tracer, hold_ms: int) -> dict:
+    """The victim's greenlet starts its span and switches back to the hub; the other's waits for
+    the lock in its own span; then the victim's ends its span."""
+    import greenlet
+
+    truth: dict = {}
+
+    def victim() -> None:
+        with tracer.start_as_current_span("victim"):
+            hub.switch()
+
+    def other() -> None:
+        with tracer.start_as_current_span("blocked"):
+            wait_for(lock, truth)
+
+    hub = greenlet.getcurrent()
+    with tracer.start_as_current_span("warm-up"):  # the thread's first span sets its greenlet tracer
+        pass
+    first, second = greenlet.greenlet(victim), greenlet.greenlet(other)
+    lock, holder = held_lock(hold_ms)
+    first.switch()
+    second.switch()
+    first.switch()
+    holder.join()
+    return truth
 
 
 SCENARIOS = {
     "fork": forked,
     "loop": loop,
+    "uvicorn": served,
+    "greenlets": greenlets,
     "soak": soak,
     "critical_section": critical_section,
     "stop_the_world": stop_the_world,
@@ -200,11 +299,11 @@ SCENARIOS = {
 
 def main() -> None:
     scenario, hold_ms = sys.argv[1], int(sys.argv[2])
-    exporter, provider = _exporter, TracerProvider()
+    exporter, provider = _exporter, _provider
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     reader = InMemoryMetricReader()
     GilInstrumentor().instrument(tracer_provider=provider, meter_provider=MeterProvider([reader]), backend="inprocess")
-    hooked = parks.current is not None
+    hooked, contexts = parks.current is not None, parks.contexts
     truth = SCENARIOS[scenario](provider.get_tracer("parks"), hold_ms)
     parked: dict = {}  # by kind, summed over thread names
     for point in (p for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
@@ -212,10 +311,11 @@ def main() -> None:
         kind = point.attributes["cpython.park.kind"]
         parked[kind] = parked.get(kind, 0) + point.value
     GilInstrumentor().uninstrument()
+    run = type(contextvars.Context.__dict__["run"]).__name__  # the builtin's again
     spans = [{"name": s.name, "attributes": dict(s.attributes), "duration_ns": s.end_time - s.start_time,
               "events": [{"name": e.name, "attributes": dict(e.attributes), "time": e.timestamp} for e in s.events]}
              for s in exporter.get_finished_spans()]
-    print(json.dumps({"hooked": hooked, "gil": sys._is_gil_enabled(), "truth": truth, "spans": spans,
+    print(json.dumps({"hooked": hooked, "contexts": contexts, "context_run": run, "gil": sys._is_gil_enabled(), "truth": truth, "spans": spans,
                       "parked_s": parked, "wall_minus_mono": time.time_ns() - time.monotonic_ns()}))
 
 
