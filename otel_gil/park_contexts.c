@@ -28,7 +28,6 @@
 
 #include <linux/types.h> /* the __u32/__u64 of gil_layout.h */
 #include <pthread.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -40,7 +39,8 @@
 #endif
 
 #include "gil_layout.h"
-#include "py_versions.h"
+#define SWITCH_HOOKS_MODULE "otel_gil._parkcontexts"
+#include "switch_hooks.h"
 
 #define MAX_DEPTH 64   /* ancestors charged at most */
 #define OTHER_TIDS 8   /* other threads told apart; past that, threads_else is -1 */
@@ -55,8 +55,7 @@ static uint32_t ring_slots;
 static uint64_t generation = 1; /* bumped at track() and in a forked child: counters read before are void */
 static int tracking;
 static PyObject *otel_var, *span_key; /* OpenTelemetry's ContextVar and its span key; kept for good once set */
-static PyObject *s_charges_key, *s_parked_attr, *s_settrace, *s_greenlet, *s_run, *s_asyncio_events,
-	*s_asyncio_base_events;
+static PyObject *s_charges_key, *s_parked_attr, *s_asyncio_events, *s_asyncio_base_events;
 
 static uint64_t now_ns(void)
 {
@@ -426,178 +425,36 @@ static void check_loop(Charges *tc)
 	}
 }
 
-/* greenlet.settrace's callback for one thread: each switch is a charge point, then the
- * previous tracer (the app's), if any. */
-typedef struct {
-	PyObject_HEAD
-	vectorcallfunc vectorcall;
-	PyObject *previous;
-} Tracer;
+/* ---------------------------------------------------------------- the switch hooks' charge points */
 
-static PyObject *Tracer_vectorcall(Tracer *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+static int switch_begin(void **before)
+{
+	Charges *tc;
+	if (!__atomic_load_n(&tracking, __ATOMIC_ACQUIRE) || (tc = charges_here()) == NULL)
+		return 0;
+	*before = Py_XNewRef(tc->running);
+	return 1;
+}
+
+static void switch_entered(void)
 {
 	Charges *tc = charges_here();
 	if (tc != NULL)
 		switched(tc, NULL, 1);
-	PyErr_Clear(); /* a tracer error would turn the switch into a throw */
-	if (self->previous != NULL)
-		return PyObject_Vectorcall(self->previous, args, nargsf, kwnames);
-	Py_RETURN_NONE;
 }
 
-static void Tracer_dealloc(Tracer *self)
+static void switch_left(void *before)
 {
-	Py_XDECREF(self->previous);
-	Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyTypeObject TracerType = {
-	PyVarObject_HEAD_INIT(NULL, 0)
-	.tp_name = "otel_gil._parkcontexts.GreenletTracer",
-	.tp_basicsize = sizeof(Tracer),
-	.tp_dealloc = (destructor)Tracer_dealloc,
-	.tp_vectorcall_offset = offsetof(Tracer, vectorcall),
-	.tp_call = PyVectorcall_Call,
-	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
-	.tp_doc = "greenlet.settrace callback: every greenlet switch is a charge point (then the previous tracer).",
-};
-
-/* Trace this thread's greenlet switches once greenlet is loaded (looked for again only where
- * sys.modules changed size since). */
-static void trace_greenlets(Charges *tc)
-{
-	PyObject *modules = PyImport_GetModuleDict(), *greenlet = NULL;
-	if (!PyDict_Check(modules) || PyDict_GET_SIZE(modules) == tc->modules)
-		return;
-	tc->modules = PyDict_GET_SIZE(modules);
-	if (PyDict_GetItemRef(modules, s_greenlet, &greenlet) <= 0) {
-		PyErr_Clear();
-		return;
-	}
-	Tracer *tracer = PyObject_New(Tracer, &TracerType);
-	if (tracer != NULL) {
-		tracer->vectorcall = (vectorcallfunc)Tracer_vectorcall;
-		tracer->previous = NULL;
-		PyObject *previous = PyObject_CallMethodOneArg(greenlet, s_settrace, (PyObject *)tracer);
-		if (previous != NULL && previous != Py_None && !Py_IS_TYPE(previous, &TracerType))
-			tracer->previous = previous;
-		else
-			Py_XDECREF(previous);
-		if (previous != NULL)
-			tc->tracer = (PyObject *)tracer;
-		else
-			Py_DECREF(tracer);
-	}
-	Py_DECREF(greenlet);
-	PyErr_Clear();
-}
-
-/* ---------------------------------------------------------------- Context.run */
-
-/* contextvars.Context.run in the type's place: a charge point as the context is entered and
- * as it is left (then what ran before runs again). */
-typedef struct {
-	PyObject_HEAD
-	vectorcallfunc vectorcall;
-	PyObject *original; /* the method it replaced */
-} ContextRun;
-
-static PyObject *ContextRun_vectorcall(ContextRun *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
-{
-	Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-	Charges *tc;
-	if (!__atomic_load_n(&tracking, __ATOMIC_ACQUIRE) || nargs < 2 || !PyContext_CheckExact(args[0]) ||
-	    (tc = charges_here()) == NULL) {
-		PyErr_Clear();
-		return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
-	}
-	PyObject *ctx = args[0];
-	if (PyContext_Enter(ctx))
-		return NULL;
-	Parked *before = tc->running;
-	Py_XINCREF(before);
-	switched(tc, NULL, 1);
-	PyObject *result = PyObject_Vectorcall(args[1], args + 2, (size_t)(nargs - 2), kwnames);
-	if (PyContext_Exit(ctx))
-		Py_CLEAR(result);
-	PyObject *exc = result == NULL ? PyErr_GetRaisedException() : NULL;
-	if ((tc = charges_here()) != NULL)
-		switched(tc, before, 0);
+	Charges *tc = charges_here();
+	if (tc != NULL)
+		switched(tc, (Parked *)before, 0);
 	else
-		Py_XDECREF(before);
-	PyErr_Clear();
-	if (exc != NULL)
-		PyErr_SetRaisedException(exc);
-	return result;
+		Py_XDECREF((PyObject *)before);
 }
 
-static void ContextRun_dealloc(ContextRun *self)
+static void switch_greenlet(void)
 {
-	Py_XDECREF(self->original);
-	Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyObject *bind_method(PyObject *self, PyObject *obj, PyObject *type)
-{
-	if (obj == NULL || obj == Py_None)
-		return Py_NewRef(self);
-	return PyMethod_New(self, obj);
-}
-
-static PyTypeObject ContextRunType = {
-	PyVarObject_HEAD_INIT(NULL, 0)
-	.tp_name = "otel_gil._parkcontexts.ContextRun",
-	.tp_basicsize = sizeof(ContextRun),
-	.tp_dealloc = (destructor)ContextRun_dealloc,
-	.tp_vectorcall_offset = offsetof(ContextRun, vectorcall),
-	.tp_call = PyVectorcall_Call,
-	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_METHOD_DESCRIPTOR | Py_TPFLAGS_HAVE_VECTORCALL,
-	.tp_doc = "run(callable, *args, **kwargs): contextvars.Context.run with a charge point on entering and "
-		  "leaving the context (otel_gil: each span's own parked time).",
-	.tp_descr_get = bind_method,
-};
-
-static ContextRun *context_run; /* in Context's dict while tracking (api_lock) */
-
-static int hook_run(void)
-{
-	if (context_run != NULL)
-		return 0;
-	PyObject *dict = PyType_GetDict(&PyContext_Type), *original = NULL;
-	if (dict == NULL || PyDict_GetItemRef(dict, s_run, &original) <= 0) {
-		Py_XDECREF(dict);
-		if (!PyErr_Occurred())
-			PyErr_SetString(PyExc_RuntimeError, "contextvars.Context has no run method to hook");
-		return -1;
-	}
-	ContextRun *hook = PyObject_New(ContextRun, &ContextRunType);
-	int failed = hook == NULL;
-	if (!failed) {
-		hook->vectorcall = (vectorcallfunc)ContextRun_vectorcall;
-		hook->original = original;
-		original = NULL;
-		failed = PyDict_SetItem(dict, s_run, (PyObject *)hook);
-		if (failed)
-			Py_DECREF(hook);
-		else
-			context_run = hook;
-		PyType_Modified(&PyContext_Type);
-	}
-	Py_XDECREF(original);
-	Py_DECREF(dict);
-	return failed ? -1 : 0;
-}
-
-static void unhook_run(void)
-{
-	if (context_run == NULL)
-		return;
-	PyObject *dict = PyType_GetDict(&PyContext_Type);
-	if (dict == NULL || PyDict_SetItem(dict, s_run, context_run->original))
-		PyErr_Clear();
-	PyType_Modified(&PyContext_Type);
-	Py_XDECREF(dict);
-	Py_CLEAR(context_run); /* bound methods made from it still run the original */
+	switch_entered();
 }
 
 /* ---------------------------------------------------------------- the module's functions */
@@ -621,7 +478,7 @@ static PyObject *track(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 		return NULL;
 	}
 	PyMutex_Lock(&api_lock);
-	int failed = hook_run();
+	int failed = hook_context_run();
 	if (!failed) {
 		if (otel_var != args[2] || span_key != args[3]) { /* the old ones leak: a thread may be using them */
 			__atomic_store_n(&otel_var, Py_NewRef(args[2]), __ATOMIC_RELEASE);
@@ -643,7 +500,7 @@ static PyObject *untrack(PyObject *module, PyObject *unused)
 {
 	PyMutex_Lock(&api_lock);
 	__atomic_store_n(&tracking, 0, __ATOMIC_RELEASE);
-	unhook_run();
+	unhook_context_run();
 	PyMutex_Unlock(&api_lock);
 	Py_RETURN_NONE;
 }
@@ -668,7 +525,7 @@ static PyObject *start(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 	if (step == 0)
 		Py_RETURN_NONE;
 	if (tc->tracer == NULL)
-		trace_greenlets(tc);
+		trace_greenlets(&tc->modules, &tc->tracer);
 	check_loop(tc);
 	if (step == 1) {
 		check_unseen(tc);
@@ -781,14 +638,13 @@ static int exec_module(PyObject *m)
 		const char *text;
 	} names[] = {
 		{&s_charges_key, "otel_gil.park_charges"}, {&s_parked_attr, "_otel_gil_parked"},
-		{&s_settrace, "settrace"}, {&s_greenlet, "greenlet"}, {&s_run, "run"},
 		{&s_asyncio_events, "asyncio.events"}, {&s_asyncio_base_events, "asyncio.base_events"},
 	};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (*names[i].slot == NULL && (*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)
 			return -1;
-	if (PyType_Ready(&ParkedType) || PyType_Ready(&ChargesType) || PyType_Ready(&TracerType) ||
-	    PyType_Ready(&ContextRunType) || PyModule_AddObjectRef(m, "Parked", (PyObject *)&ParkedType))
+	if (switch_hooks_init() || PyType_Ready(&ParkedType) || PyType_Ready(&ChargesType) ||
+	    PyModule_AddObjectRef(m, "Parked", (PyObject *)&ParkedType))
 		return -1;
 	static int forks_hooked;
 	if (!__atomic_exchange_n(&forks_hooked, 1, __ATOMIC_ACQ_REL) && pthread_atfork(NULL, NULL, after_fork_child)) {
