@@ -39,8 +39,7 @@
 #endif
 
 #include "gil_layout.h"
-#define SWITCH_HOOKS_MODULE "otel_gil._parkcontexts"
-#include "switch_hooks.h"
+#include "py_versions.h"
 
 #define MAX_DEPTH 64   /* ancestors charged at most */
 #define OTHER_TIDS 8   /* other threads told apart; past that, threads_else is -1 */
@@ -383,6 +382,12 @@ static void switched(Charges *tc, Parked *next /* stolen; NULL: look it up */, i
 	believe(tc);
 }
 
+/* Context.run's replacement and the greenlet tracer: charge points (through switched()). */
+#define SWITCH_HOOKS_MODULE "otel_gil._parkcontexts"
+#define SWITCH_TRACKING __atomic_load_n(&tracking, __ATOMIC_ACQUIRE)
+#define SWITCH_RUNNING Parked
+#include "switch_hooks.h"
+
 /* ---------------------------------------------------------------- loops and greenlets */
 
 static PyObject *get_running_loop, *base_loop; /* asyncio's, once loaded (kept for good) */
@@ -423,38 +428,6 @@ static void check_loop(Charges *tc)
 		tc->unseen = 1;
 		flag_chain(tc->running, UNSEEN);
 	}
-}
-
-/* ---------------------------------------------------------------- the switch hooks' charge points */
-
-static int switch_begin(void **before)
-{
-	Charges *tc;
-	if (!__atomic_load_n(&tracking, __ATOMIC_ACQUIRE) || (tc = charges_here()) == NULL)
-		return 0;
-	*before = Py_XNewRef(tc->running);
-	return 1;
-}
-
-static void switch_entered(void)
-{
-	Charges *tc = charges_here();
-	if (tc != NULL)
-		switched(tc, NULL, 1);
-}
-
-static void switch_left(void *before)
-{
-	Charges *tc = charges_here();
-	if (tc != NULL)
-		switched(tc, (Parked *)before, 0);
-	else
-		Py_XDECREF((PyObject *)before);
-}
-
-static void switch_greenlet(void)
-{
-	switch_entered();
 }
 
 /* ---------------------------------------------------------------- the module's functions */

@@ -3,18 +3,18 @@
  *   - contextvars.Context.run, replaced in the type: stdlib loops run every task step and
  *     callback through it (Handle._run), and so do to_thread, anyio and asgiref workers;
  *   - greenlet.settrace's callback, set per thread (chaining the tracer there was).
+ * Both are charge points: on entering a context (whose code runs then is looked up in it),
+ * on leaving it (what ran before runs again), at a greenlet switch.
  *
- * The includer defines SWITCH_HOOKS_MODULE (its module's name, naming the types) before
- * including this, and after it the charge points these call:
- *   int switch_begin(void **before)  Context.run is called: whether to charge it (else the
- *                                    original runs alone); *before: whose code runs now (a new
- *                                    reference or NULL), which runs again as the context is left
- *   void switch_entered(void)        the context is entered: a charge point
- *   void switch_left(void *before)   ... and left: a charge point, then `before` (stolen) runs
- *   void switch_greenlet(void)       a greenlet switch: a charge point
- * Each is called with no exception set, and any it sets is cleared.
+ * Included where the includer's charge points are defined, which it names by defining
+ * SWITCH_HOOKS_MODULE (its module's name, naming the types), SWITCH_TRACKING (an expression:
+ * whether the charge points charge now) and SWITCH_RUNNING (the type of what runs: a span's
+ * accumulator), and which are: the thread's `Charges *charges_here(void)` (NULL with an error
+ * where it has none), its `running` (a SWITCH_RUNNING *) and
+ * `void switched(Charges *, SWITCH_RUNNING *next, int look_up)` (a charge point, after which
+ * `next`, stolen, runs, or with look_up whoever is current in the context).
  * Nothing here needs the GIL: Context's dict is changed under the includer's own serialisation
- * (the GIL, or a lock), and a tracer belongs to one thread.
+ * (the GIL, or a lock), a tracer belongs to one thread, and so does a Charges.
  */
 #ifndef OTEL_GIL_SWITCH_HOOKS_H
 #define OTEL_GIL_SWITCH_HOOKS_H
@@ -25,16 +25,11 @@
 
 #include "py_versions.h"
 
-#ifndef SWITCH_HOOKS_MODULE
-#error "define SWITCH_HOOKS_MODULE (the including module's name) before including switch_hooks.h"
+#if !defined(SWITCH_HOOKS_MODULE) || !defined(SWITCH_TRACKING) || !defined(SWITCH_RUNNING)
+#error "define SWITCH_HOOKS_MODULE, SWITCH_TRACKING and SWITCH_RUNNING before including switch_hooks.h"
 #endif
 
 #define SWITCH_UNUSED __attribute__((unused)) /* (3.14+ default builds need no Context.run) */
-
-static int switch_begin(void **before);
-static void switch_entered(void);
-static void switch_left(void *before);
-static void switch_greenlet(void);
 
 static PyObject *s_switch_run, *s_switch_settrace, *s_switch_greenlet;
 
@@ -49,25 +44,27 @@ typedef struct {
 static PyObject *ContextRun_vectorcall(ContextRun *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
 	Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-	void *before = NULL;
-	if (nargs < 2 || !PyContext_CheckExact(args[0]) || !switch_begin(&before)) {
+	Charges *tc;
+	if (!(SWITCH_TRACKING) || nargs < 2 || !PyContext_CheckExact(args[0]) || (tc = charges_here()) == NULL) {
 		PyErr_Clear();
 		return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
 	}
 	PyObject *ctx = args[0];
-	if (PyContext_Enter(ctx)) {
-		Py_XDECREF((PyObject *)before);
+	if (PyContext_Enter(ctx))
 		return NULL;
-	}
-	switch_entered();
-	PyErr_Clear();
+	SWITCH_RUNNING *before = tc->running;
+	Py_XINCREF(before);
+	switched(tc, NULL, 1);
 	PyObject *result = PyObject_Vectorcall(args[1], args + 2, (size_t)(nargs - 2), kwnames);
 	if (PyContext_Exit(ctx))
 		Py_CLEAR(result);
 	PyObject *type = NULL, *value = NULL, *traceback = NULL;
 	if (result == NULL)
 		PyErr_Fetch(&type, &value, &traceback);
-	switch_left(before);
+	if ((tc = charges_here()) != NULL)
+		switched(tc, before, 0);
+	else
+		Py_XDECREF(before);
 	PyErr_Clear();
 	if (result == NULL)
 		PyErr_Restore(type, value, traceback);
@@ -180,8 +177,12 @@ typedef struct {
 
 static PyObject *Tracer_vectorcall(Tracer *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-	switch_greenlet();
-	PyErr_Clear(); /* a tracer error would turn the switch into a throw */
+	if (SWITCH_TRACKING) {
+		Charges *tc = charges_here();
+		if (tc != NULL)
+			switched(tc, NULL, 1);
+		PyErr_Clear(); /* a tracer error would turn the switch into a throw */
+	}
 	if (self->previous != NULL)
 		return PyObject_Vectorcall(self->previous, args, nargsf, kwnames);
 	Py_RETURN_NONE;
