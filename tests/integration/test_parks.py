@@ -112,10 +112,12 @@ def own_parks_on_a_shared_thread(report: dict, blocked: dict, victim: dict) -> N
     assert report["context_run"] == "method_descriptor", report["context_run"]  # restored at uninstrument()
 
 
-def test_on_an_asyncio_loop_each_request_carries_its_own_parks(free_threaded):
-    """Two requests' tasks on one loop: the one whose code blocks the loop's thread on a lock
-    held 200 ms carries the park; the other, in flight throughout, none of it."""
-    report = run(free_threaded, "loop")
+@pytest.mark.parametrize("scenario", ["loop", "to_thread"])
+def test_on_an_asyncio_loop_each_request_carries_its_own_parks(free_threaded, scenario):
+    """Two requests' tasks on one loop: the one whose code waits 200 ms for a lock (blocking the
+    loop's thread, or in asyncio.to_thread's worker) carries the park; the other, in flight
+    throughout, none of it."""
+    report = run(free_threaded, scenario)
     own_parks_on_a_shared_thread(report, span_named(report, "blocked"), span_named(report, "victim"))
     (blocked,) = [s for s in report["spans"] if s["name"] == "blocked"]
     (park,) = parks_of(blocked, "app_lock")
@@ -149,8 +151,9 @@ def test_with_the_gil_on_gil_figures_and_no_parked_time(free_threaded):
 
 
 def test_soak_every_span_parked_no_longer_than_it_lasted(free_threaded):
-    """8 threads, 2 s of spans contending on a list, a dict, a lock and the GC: per span, each kind
-    >= 0 and their sum <= its duration; some spans parked, on more than one kind."""
+    """8 threads and 20 tasks on a loop, 2 s of spans contending on a list, a dict, a lock and the
+    GC: per span, each kind >= 0 and their sum <= its duration; some spans parked, on more than one
+    kind; the loop's spans carry their own figures, some of them parks."""
     report = run(free_threaded, "soak", 2000)
     assert (report["hooked"], report["gil"]) == (True, False), report["stderr"]
     spans = [s for s in report["spans"] if s["name"] == "request"]  # not the cpython.park child spans
@@ -164,3 +167,5 @@ def test_soak_every_span_parked_no_longer_than_it_lasted(free_threaded):
         assert attrs["cpython.parked_ms"] * MS <= span["duration_ns"], span
         kinds |= {i for i, p in enumerate(parked) if p}
     assert len(kinds) >= 2, kinds
+    on_loop = [s["attributes"] for s in spans if s["attributes"].get("loop")]
+    assert len(on_loop) > 100 and any(a["cpython.parks"] for a in on_loop), len(on_loop)

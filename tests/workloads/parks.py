@@ -14,10 +14,13 @@ something from it:
 - ``app_lock``, ``rlock``: a thread holds a ``threading.Lock`` (``RLock``) for HOLD_MS; the
   victim acquires it.
 - ``fork``: ``app_lock``, then ``app_lock`` again in a forked child (its truth and victim span).
-- ``soak``: 8 threads make spans sharing a list, a dict and a lock for HOLD_MS (no victim).
+- ``soak``: 8 threads, and 20 tasks on a loop (some parts in ``asyncio.to_thread``), make spans
+  sharing a list, a dict and a lock for HOLD_MS (no victim).
 - ``loop``: on an asyncio loop, another request's code (its span ``blocked``) blocks the loop's
   thread on a lock a thread holds for HOLD_MS while the victim's span is in flight: the park is
   ``blocked``'s, not the victim's.
+- ``to_thread``: the same, ``blocked`` waiting in ``asyncio.to_thread`` (a worker thread running
+  its context).
 - ``uvicorn``: the same on a real uvicorn server (``--loop asyncio --http h11``, the app under
   OpenTelemetry's ASGI middleware): ``GET /blocked`` waits for the lock while ``GET /victim`` is
   in flight on the same loop.
@@ -125,7 +128,8 @@ def lock_held(tracer, hold_ms: int, lock) -> dict:
 
 
 def soak(tracer, seconds_ms: int) -> dict:
-    """8 threads making spans that share a list, a dict and a lock, with collections now and then."""
+    """8 threads and 20 tasks on a loop making spans that share a list, a dict and a lock, with
+    collections now and then."""
     shared, table, lock, stop = [], {}, threading.Lock(), time.monotonic() + seconds_ms / 1000
 
     def work(n: int) -> None:
@@ -139,7 +143,22 @@ def soak(tracer, seconds_ms: int) -> dict:
                     gc.collect()
                 n += 8
 
+    async def request(n: int) -> None:  # on a loop: the spans' own parks, charged at each task switch
+        while time.monotonic() < stop:
+            with tracer.start_as_current_span("request", attributes={"loop": True}):
+                shared.append(n)
+                with lock:
+                    shared.sort()
+                await asyncio.sleep(0)
+                if n % 3 == 0:
+                    await asyncio.to_thread(lambda: table.update({n % 64: list(table)}))
+            n += 20
+
+    async def serve() -> None:
+        await asyncio.gather(*(request(i) for i in range(20)))
+
     workers = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    workers.append(threading.Thread(target=asyncio.run, args=(serve(),)))
     for t in workers:
         t.start()
     for t in workers:
@@ -189,7 +208,7 @@ def wait_for(lock: threading.Lock, truth: dict) -> None:
         truth["waited_ns"] = time.monotonic_ns() - t0
 
 
-def loop(tracer, hold_ms: int) -> dict:
+def loop(tracer, hold_ms: int, worker: bool = False) -> dict:
     truth: dict = {}
 
     async def victim() -> None:
@@ -199,7 +218,10 @@ def loop(tracer, hold_ms: int) -> dict:
     async def other() -> None:
         await asyncio.sleep(0.01)
         with tracer.start_as_current_span("blocked"):
-            wait_for(lock, truth)  # blocks the loop's thread: it parks, in this request's code
+            if worker:  # a worker thread runs it in the request's context
+                await asyncio.to_thread(wait_for, lock, truth)
+            else:
+                wait_for(lock, truth)  # blocks the loop's thread: it parks, in this request's code
 
     async def both() -> None:
         await asyncio.gather(victim(), other())
@@ -287,6 +309,7 @@ def greenlets(tracer, hold_ms: int) -> dict:
 SCENARIOS = {
     "fork": forked,
     "loop": loop,
+    "to_thread": lambda tracer, hold_ms: loop(tracer, hold_ms, worker=True),
     "uvicorn": served,
     "greenlets": greenlets,
     "soak": soak,
