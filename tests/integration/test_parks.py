@@ -143,11 +143,34 @@ def test_with_the_gil_on_gil_figures_and_no_parked_time(free_threaded):
     """PYTHON_GIL=1: the park hooks are not installed; the lock wait is no GIL wait either
     (the holder sleeps with the GIL released), so nothing is counted twice."""
     report = run(free_threaded, "app_lock", PYTHON_GIL="1")
-    assert (report["hooked"], report["gil"]) == (False, True), report["stderr"]
+    assert (report["hooked"], report["contexts"], report["gil"]) == (False, False, True), report["stderr"]
     attrs = victim(report)["attributes"]
     assert not [k for k in attrs if k.startswith("cpython.park")] and not report["parked_s"], (attrs, report)
     assert "gil.wait_ms" in attrs and "gil.status" not in attrs, attrs
     assert attrs["gil.wait_ms"] < 0.1 * report["truth"]["waited_ns"] / MS, attrs
+
+
+def test_without_the_c_charge_points_a_loop_span_carries_no_parks(free_threaded):
+    """Without otel_gil._parkcontexts (an sdist built without a compiler) a park on a loop's thread
+    cannot be told whose: no span there carries parked time (the thread did park)."""
+    report = run(free_threaded, "loop", PARKS_WITHOUT_CHARGE_POINTS="1")
+    assert (report["hooked"], report["contexts"]) == (True, False), report["stderr"]
+    assert report["parked_s"]["app_lock"] * 1e3 >= HOLD_MS * 0.5, report["parked_s"]
+    for name in ("victim", "blocked"):
+        attrs = span_named(report, name)
+        assert not [k for k in attrs if k.startswith("cpython.park")], attrs
+    assert "_parkcontexts was not built: spans on event loops and greenlets carry no parked time" in report["stderr"]
+
+
+def test_with_the_gil_on_a_loop_is_as_before(free_threaded):
+    """PYTHON_GIL=1 on an asyncio loop: no charge point of parked time (Context.run stays the
+    builtin's), no parked time, and the loop's spans say shared_thread (no _fastspan here), as before."""
+    report = run(free_threaded, "loop", PYTHON_GIL="1")
+    assert (report["hooked"], report["contexts"], report["gil"]) == (False, False, True), report["stderr"]
+    for name in ("victim", "blocked"):
+        attrs = span_named(report, name)
+        assert not [k for k in attrs if k.startswith("cpython.park")], attrs
+        assert attrs["gil.status"] == "shared_thread", attrs
 
 
 def test_soak_every_span_parked_no_longer_than_it_lasted(free_threaded):
@@ -168,4 +191,4 @@ def test_soak_every_span_parked_no_longer_than_it_lasted(free_threaded):
         kinds |= {i for i, p in enumerate(parked) if p}
     assert len(kinds) >= 2, kinds
     on_loop = [s["attributes"] for s in spans if s["attributes"].get("loop")]
-    assert len(on_loop) > 100 and any(a["cpython.parks"] for a in on_loop), len(on_loop)
+    assert any(a["cpython.parks"] for a in on_loop), len(on_loop)  # (how many: 10 to 300, as the load goes)

@@ -44,7 +44,7 @@ def public(name: str) -> dict[str, str]:
     done = subprocess.run([runner.python, "-W", "error::RuntimeWarning", "-c", f"""import json, otel_gil.{name} as m
 print(json.dumps({{n: type(getattr(m, n)).__name__ for n in dir(m) if not n.startswith('_')}}))"""],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert done.returncode == 0, f"otel_gil.{name} is not built for {runner.python} (scripts/matrix-venvs.sh): {done.stderr}"
+    assert done.returncode == 0, f"otel_gil.{name} not built for {runner.python} (matrix-venvs.sh): {done.stderr}"
     return json.loads(done.stdout)
 
 

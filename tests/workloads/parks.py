@@ -1,6 +1,7 @@
 """Parked time on a free-threaded build (its GIL off), against ground truths measured here.
 
-Usage: python parks.py SCENARIO HOLD_MS; the in-process backend. Prints one JSON document: the
+Usage: python parks.py SCENARIO HOLD_MS; the in-process backend (``PARKS_WITHOUT_CHARGE_POINTS=1``:
+without ``otel_gil._parkcontexts``). Prints one JSON document: the
 finished spans (name, attributes, events), the scenario's truth (monotonic ns), whether parks were
 hooked, and the ``cpython.parked.time`` counter by kind at the end (s, summed over thread names). Each scenario runs a victim span on one thread while another thread keeps
 something from it:
@@ -47,8 +48,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_gil import parks
-from otel_gil.instrumentor import GilInstrumentor
+if os.environ.get("PARKS_WITHOUT_CHARGE_POINTS"):  # as an sdist built without a compiler would have it
+    sys.modules["otel_gil._parkcontexts"] = None
+from otel_gil import parks  # noqa: E402
+from otel_gil.instrumentor import GilInstrumentor  # noqa: E402
 
 _exporter = InMemorySpanExporter()
 _provider = TracerProvider()
@@ -208,16 +211,31 @@ def wait_for(lock: threading.Lock, truth: dict) -> None:
         truth["waited_ns"] = time.monotonic_ns() - t0
 
 
+RESUMED_S = 0.03  # how long the request that waits sleeps first (its wait is in a later step)
+
+
+async def ticking(tracer, seconds: float) -> None:
+    """The victim's code: a child span every 5 ms (each a charge point that leaves the victim's
+    code running on the thread: a park in a later step of another task is not the victim's only
+    because that step's switch is seen)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        await asyncio.sleep(0.005)
+        with tracer.start_as_current_span("tick"):
+            pass
+
+
 def loop(tracer, hold_ms: int, worker: bool = False) -> dict:
     truth: dict = {}
 
     async def victim() -> None:
         with tracer.start_as_current_span("victim"):
-            await asyncio.sleep(2 * hold_ms / 1000)
+            await ticking(tracer, 2 * hold_ms / 1000)
 
     async def other() -> None:
         await asyncio.sleep(0.01)
         with tracer.start_as_current_span("blocked"):
+            await asyncio.sleep(RESUMED_S)
             if worker:  # a worker thread runs it in the request's context
                 await asyncio.to_thread(wait_for, lock, truth)
             else:
@@ -226,7 +244,7 @@ def loop(tracer, hold_ms: int, worker: bool = False) -> dict:
     async def both() -> None:
         await asyncio.gather(victim(), other())
 
-    lock, holder = held_lock(hold_ms)
+    lock, holder = held_lock(hold_ms + 100)  # (its wait starts later)
     asyncio.run(both())
     holder.join()
     return truth
@@ -247,8 +265,9 @@ def served(tracer, hold_ms: int) -> dict:
             return
         if scope["path"] == "/victim":
             started.set()
-            await asyncio.sleep(2 * hold_ms / 1000)
+            await ticking(tracer, 2 * hold_ms / 1000)
         else:
+            await asyncio.sleep(RESUMED_S)
             wait_for(lock, truth)
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
@@ -270,7 +289,7 @@ def served(tracer, hold_ms: int) -> dict:
     victim = threading.Thread(target=get, args=("/victim",))
     victim.start()
     started.wait()
-    lock, holder = held_lock(hold_ms)
+    lock, holder = held_lock(hold_ms + 100)  # (its wait starts later)
     get("/blocked")
     victim.join()
     holder.join()
@@ -280,8 +299,9 @@ def served(tracer, hold_ms: int) -> dict:
 
 
 def greenlets(tracer, hold_ms: int) -> dict:
-    """The victim's greenlet starts its span and switches back to the hub; the other's waits for
-    the lock in its own span; then the victim's ends its span."""
+    """The other greenlet starts its span and switches back to the hub, the victim's starts its
+    own and switches back; the other's, switched to again, waits for the lock (a park the victim's
+    is not charged only because that switch is seen) and ends its span; then the victim's."""
     import greenlet
 
     truth: dict = {}
@@ -292,6 +312,7 @@ def greenlets(tracer, hold_ms: int) -> dict:
 
     def other() -> None:
         with tracer.start_as_current_span("blocked"):
+            hub.switch()
             wait_for(lock, truth)
 
     hub = greenlet.getcurrent()
@@ -299,6 +320,7 @@ def greenlets(tracer, hold_ms: int) -> dict:
         pass
     first, second = greenlet.greenlet(victim), greenlet.greenlet(other)
     lock, holder = held_lock(hold_ms)
+    second.switch()
     first.switch()
     second.switch()
     first.switch()
