@@ -34,10 +34,12 @@ for v in 3.9 3.10 3.11 3.12 3.13; do
 done
 # uvicorn, its ASGI middleware and greenlet (a cp313t wheel), for the parks' ground truths on a
 # shared thread (tests/workloads/parks.py); also in venvs made before.
+# (the middleware of the venv's opentelemetry-instrumentation release: pip would upgrade that instead)
 for v in 3.13t; do
-    compgen -G ".venv-matrix/$v/lib/python${v%t}t/site-packages/greenlet/__init__.py" >/dev/null \
-        || ".venv-matrix/$v/bin/python" -m pip install -q --only-binary greenlet uvicorn greenlet \
-            opentelemetry-instrumentation-asgi
+    compgen -G ".venv-matrix/$v/lib/python${v%t}t/site-packages/greenlet/__init__.py" >/dev/null && continue
+    release=$(".venv-matrix/$v/bin/python" -c 'import importlib.metadata as m; print(m.version("opentelemetry-instrumentation"))')
+    ".venv-matrix/$v/bin/python" -m pip install -q --only-binary greenlet uvicorn greenlet \
+        "opentelemetry-instrumentation-asgi==$release"
 done
 # Built since the last change to what the build reads, and still there: nothing to do.
 built() {
