@@ -114,36 +114,13 @@ static PyTypeObject ChargesType = {
 	.tp_doc = "One thread's charge point: its counters then and whose code runs since.",
 };
 
-/* The calling thread's Charges (borrowed), NULL with an error if it cannot have one. */
-static Charges *charges_here(void)
-{
-	PyThreadState *ts = PyThreadState_Get();
-	if (here.tstate == ts && here.charges != NULL)
-		return here.charges;
-	PyObject *dict = PyThreadState_GetDict(); /* borrowed */
-	if (dict == NULL) {
-		PyErr_SetString(PyExc_RuntimeError, "no thread state dict");
-		return NULL;
-	}
-	PyObject *found = PyDict_GetItemWithError(dict, s_charges_key);
-	if (found == NULL && PyErr_Occurred())
-		return NULL;
-	if (found == NULL || !Py_IS_TYPE(found, &ChargesType)) {
-		Charges *made = PyObject_New(Charges, &ChargesType);
-		if (made == NULL)
-			return NULL;
-		memset((char *)made + sizeof(PyObject), 0, sizeof(Charges) - sizeof(PyObject));
-		made->owner = (void *)&here;
-		int failed = PyDict_SetItem(dict, s_charges_key, (PyObject *)made);
-		Py_DECREF(made); /* the thread state's dict keeps it */
-		if (failed)
-			return NULL;
-		found = (PyObject *)made;
-	}
-	here.tstate = ts;
-	here.charges = (Charges *)found;
-	return here.charges;
-}
+/* The thread's Charges, Context.run's replacement, the greenlet tracer (switch_hooks.h). */
+#define SWITCH_HOOKS_MODULE "otel_gil._fastspan"
+#define SWITCH_TRACKING (tracking != NULL)
+#define SWITCH_RUNNING Start
+#define SWITCH_CURRENT current_start
+#define SWITCH_UNSEEN OWN_UNSEEN
+#include "switch_hooks.h"
 
 /* ---------------------------------------------------------------- charging */
 
@@ -241,15 +218,6 @@ static void run(Charges *tc, Start *next, uint64_t now)
 	Py_XDECREF(old);
 }
 
-static void believe(Charges *tc)
-{
-	PyObject *ctx = PyThreadState_Get()->context;
-	if (ctx != tc->context) {
-		Py_XINCREF(ctx);
-		Py_XSETREF(tc->context, ctx);
-	}
-}
-
 /* The tracked Start of the span current in this thread's context (a new reference), or NULL;
  * tc (may be NULL) remembers it for that OpenTelemetry context. */
 static Start *current_start(Charges *tc)
@@ -285,22 +253,6 @@ static Start *current_start(Charges *tc)
 	return start;
 }
 
-/* At a span's start or end: a context entered behind the hooks' back, whose code is not
- * the running span's, means the charges since went to the wrong span. */
-static void check_unseen(Charges *tc)
-{
-	PyObject *ctx = PyThreadState_Get()->context;
-	if (tc->context == NULL || ctx == NULL || ctx == tc->context)
-		return;
-	Start *there = current_start(tc);
-	if (there != tc->running) {
-		tc->unseen = 1;
-		flag_chain(tc->running, OWN_UNSEEN);
-		flag_chain(there, OWN_UNSEEN);
-	}
-	Py_XDECREF(there);
-}
-
 /* A switch seen by a hook: charge what ran, then whose code runs in the context now current. */
 static void switched(Charges *tc, Start *next /* stolen; NULL: look it up */, int look_up)
 {
@@ -316,12 +268,6 @@ static void switched(Charges *tc, Start *next /* stolen; NULL: look it up */, in
 	tc->switches++;
 	believe(tc);
 }
-
-/* Context.run's replacement and the greenlet tracer: charge points (through switched()). */
-#define SWITCH_HOOKS_MODULE "otel_gil._fastspan"
-#define SWITCH_TRACKING (tracking != NULL)
-#define SWITCH_RUNNING Start
-#include "switch_hooks.h"
 
 /* ---------------------------------------------------------------- loops and greenlets */
 

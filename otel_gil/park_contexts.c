@@ -194,39 +194,13 @@ static PyTypeObject ChargesType = {
 	.tp_doc = "One thread's charge point: its park counters then and whose code runs since.",
 };
 
-/* The calling thread's Charges (borrowed), NULL with an error if it cannot have one. */
-static Charges *charges_here(void)
-{
-	PyThreadState *ts = PyThreadState_Get();
-	if (here.tstate == ts && here.charges != NULL)
-		return here.charges;
-	PyObject *dict = PyThreadState_GetDict(); /* borrowed; this thread's only */
-	if (dict == NULL) {
-		PyErr_SetString(PyExc_RuntimeError, "no thread state dict");
-		return NULL;
-	}
-	PyObject *found = NULL;
-	if (PyDict_GetItemRef(dict, s_charges_key, &found) < 0)
-		return NULL;
-	if (found == NULL || !Py_IS_TYPE(found, &ChargesType)) {
-		Py_XDECREF(found);
-		Charges *made = PyObject_New(Charges, &ChargesType);
-		if (made == NULL)
-			return NULL;
-		memset((char *)made + sizeof(PyObject), 0, sizeof(Charges) - sizeof(PyObject));
-		made->owner = (void *)&here;
-		made->index = -1;
-		if (PyDict_SetItem(dict, s_charges_key, (PyObject *)made)) {
-			Py_DECREF(made);
-			return NULL;
-		}
-		found = (PyObject *)made;
-	}
-	Py_DECREF(found); /* the thread state's dict keeps it */
-	here.tstate = ts;
-	here.charges = (Charges *)found;
-	return here.charges;
-}
+/* The thread's Charges, Context.run's replacement, the greenlet tracer (switch_hooks.h). */
+#define SWITCH_HOOKS_MODULE "otel_gil._parkcontexts"
+#define SWITCH_TRACKING __atomic_load_n(&tracking, __ATOMIC_ACQUIRE)
+#define SWITCH_RUNNING Parked
+#define SWITCH_CURRENT current_parked
+#define SWITCH_UNSEEN UNSEEN
+#include "switch_hooks.h"
 
 /* The calling thread's own slot (NULL: it has not parked yet), from the tracked ring. */
 static const volatile struct gil_slot *own_slot(Charges *tc, const char *base, uint32_t nslots)
@@ -311,15 +285,6 @@ static void run(Charges *tc, Parked *next)
 	Py_XDECREF(old);
 }
 
-static void believe(Charges *tc)
-{
-	PyObject *ctx = PyThreadState_Get()->context;
-	if (ctx != tc->context) {
-		Py_XINCREF(ctx);
-		Py_XSETREF(tc->context, ctx);
-	}
-}
-
 /* The Parked of the span current in this thread's context (a new reference), or NULL. */
 static Parked *current_parked(Charges *tc)
 {
@@ -350,22 +315,6 @@ static Parked *current_parked(Charges *tc)
 	return parked;
 }
 
-/* At a span's start or end: a context entered behind the hooks' back, whose span is not the
- * running one, means the charges since went to the wrong span. */
-static void check_unseen(Charges *tc)
-{
-	PyObject *ctx = PyThreadState_Get()->context;
-	if (tc->context == NULL || ctx == NULL || ctx == tc->context)
-		return;
-	Parked *there = current_parked(tc);
-	if (there != tc->running) {
-		tc->unseen = 1;
-		flag_chain(tc->running, UNSEEN);
-		flag_chain(there, UNSEEN);
-	}
-	Py_XDECREF(there);
-}
-
 /* A switch seen by a hook: charge what ran, then whose code runs in the context now current. */
 static void switched(Charges *tc, Parked *next /* stolen; NULL: look it up */, int look_up)
 {
@@ -381,12 +330,6 @@ static void switched(Charges *tc, Parked *next /* stolen; NULL: look it up */, i
 	run(tc, look_up ? current_parked(tc) : next);
 	believe(tc);
 }
-
-/* Context.run's replacement and the greenlet tracer: charge points (through switched()). */
-#define SWITCH_HOOKS_MODULE "otel_gil._parkcontexts"
-#define SWITCH_TRACKING __atomic_load_n(&tracking, __ATOMIC_ACQUIRE)
-#define SWITCH_RUNNING Parked
-#include "switch_hooks.h"
 
 /* ---------------------------------------------------------------- loops and greenlets */
 

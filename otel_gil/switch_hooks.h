@@ -1,37 +1,115 @@
-/* The switch hooks both charge-point modules share: context_switches.c (each span's own GIL
- * time, default builds) and park_contexts.c (its own parked time, free-threaded builds).
+/* What both charge-point modules share: context_switches.c (each span's own GIL time, default
+ * builds) and park_contexts.c (its own parked time, free-threaded builds).
+ *   - a thread's Charges: kept in its thread state's dict (gone with the thread), cached in TLS;
+ *     and the check, at a span's start or end, for a context entered behind the hooks' back;
  *   - contextvars.Context.run, replaced in the type: stdlib loops run every task step and
  *     callback through it (Handle._run), and so do to_thread, anyio and asgiref workers;
  *   - greenlet.settrace's callback, set per thread (chaining the tracer there was).
  * Both are charge points: on entering a context (whose code runs then is looked up in it),
  * on leaving it (what ran before runs again), at a greenlet switch.
  *
- * Included where the includer's charge points are defined, which it names by defining
- * SWITCH_HOOKS_MODULE (its module's name, naming the types), SWITCH_TRACKING (an expression:
- * whether the charge points charge now) and SWITCH_RUNNING (the type of what runs: a span's
- * accumulator), and which are: the thread's `Charges *charges_here(void)` (NULL with an error
- * where it has none), its `running` (a SWITCH_RUNNING *) and
- * `void switched(Charges *, SWITCH_RUNNING *next, int look_up)` (a charge point, after which
- * `next`, stolen, runs, or with look_up whoever is current in the context).
+ * The includer defines, before including this: SWITCH_HOOKS_MODULE (its module's name, naming
+ * the types), SWITCH_TRACKING (an expression: whether the charge points charge now),
+ * SWITCH_RUNNING (the type of what runs: a span's accumulator), SWITCH_CURRENT (its function
+ * `SWITCH_RUNNING *(Charges *)`: the accumulator of the span current in the thread's context, a
+ * new reference) and SWITCH_UNSEEN (the accumulator flag of a switch unseen); its Charges type
+ * (fields owner, running, context, unseen), ChargesType, `here` (TLS: tstate, charges) and
+ * s_charges_key; and, anywhere in the file, `flag_chain(SWITCH_RUNNING *, uint32_t)` and
+ * `switched(Charges *, SWITCH_RUNNING *next, int look_up)` (a charge point, after which `next`,
+ * stolen, runs, or with look_up whoever is current in the context).
  * Nothing here needs the GIL: Context's dict is changed under the includer's own serialisation
- * (the GIL, or a lock), a tracer belongs to one thread, and so does a Charges.
+ * (the GIL, or a lock), and a tracer, a Charges and its TLS belong to one thread.
  */
 #ifndef OTEL_GIL_SWITCH_HOOKS_H
 #define OTEL_GIL_SWITCH_HOOKS_H
 
 #include <Python.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 #include <structmember.h>
 
 #include "py_versions.h"
 
-#if !defined(SWITCH_HOOKS_MODULE) || !defined(SWITCH_TRACKING) || !defined(SWITCH_RUNNING)
-#error "define SWITCH_HOOKS_MODULE, SWITCH_TRACKING and SWITCH_RUNNING before including switch_hooks.h"
+#if !defined(SWITCH_HOOKS_MODULE) || !defined(SWITCH_TRACKING) || !defined(SWITCH_RUNNING) || \
+	!defined(SWITCH_CURRENT) || !defined(SWITCH_UNSEEN)
+#error "define SWITCH_HOOKS_MODULE, SWITCH_TRACKING, SWITCH_RUNNING, SWITCH_CURRENT and SWITCH_UNSEEN first"
 #endif
 
 #define SWITCH_UNUSED __attribute__((unused)) /* (3.14+ default builds need no Context.run) */
 
 static PyObject *s_switch_run, *s_switch_settrace, *s_switch_greenlet;
+
+static void switched(Charges *tc, SWITCH_RUNNING *next, int look_up);
+static SWITCH_RUNNING *SWITCH_CURRENT(Charges *tc);
+static void flag_chain(SWITCH_RUNNING *a, uint32_t flag);
+
+/* ---------------------------------------------------------------- per thread */
+
+/* The calling thread's Charges (borrowed), NULL with an error if it cannot have one. */
+static Charges *charges_here(void)
+{
+	PyThreadState *ts = PyThreadState_Get();
+	if (here.tstate == ts && here.charges != NULL)
+		return here.charges;
+	PyObject *dict = PyThreadState_GetDict(); /* borrowed; this thread's only */
+	if (dict == NULL) {
+		PyErr_SetString(PyExc_RuntimeError, "no thread state dict");
+		return NULL;
+	}
+	PyObject *found = NULL;
+#if PY_3_13_OR_LATER
+	if (PyDict_GetItemRef(dict, s_charges_key, &found) < 0)
+		return NULL;
+#else
+	if ((found = PyDict_GetItemWithError(dict, s_charges_key)) == NULL && PyErr_Occurred())
+		return NULL;
+	Py_XINCREF(found);
+#endif
+	if (found == NULL || !Py_IS_TYPE(found, &ChargesType)) {
+		Py_XDECREF(found);
+		Charges *made = PyObject_New(Charges, &ChargesType);
+		if (made == NULL)
+			return NULL;
+		memset((char *)made + sizeof(PyObject), 0, sizeof(Charges) - sizeof(PyObject));
+		made->owner = (void *)&here;
+		if (PyDict_SetItem(dict, s_charges_key, (PyObject *)made)) {
+			Py_DECREF(made);
+			return NULL;
+		}
+		found = (PyObject *)made;
+	}
+	Py_DECREF(found); /* the thread state's dict keeps it */
+	here.tstate = ts;
+	here.charges = (Charges *)found;
+	return here.charges;
+}
+
+/* The context current now is the one the last charge point saw. */
+static void believe(Charges *tc)
+{
+	PyObject *ctx = PyThreadState_Get()->context;
+	if (ctx != tc->context) {
+		Py_XINCREF(ctx);
+		Py_XSETREF(tc->context, ctx);
+	}
+}
+
+/* At a span's start or end: a context entered behind the hooks' back, whose span is not the
+ * running one, means the charges since went to the wrong span: the thread is marked for good. */
+static void check_unseen(Charges *tc)
+{
+	PyObject *ctx = PyThreadState_Get()->context;
+	if (tc->context == NULL || ctx == NULL || ctx == tc->context)
+		return;
+	SWITCH_RUNNING *there = SWITCH_CURRENT(tc);
+	if (there != tc->running) {
+		tc->unseen = 1;
+		flag_chain(tc->running, SWITCH_UNSEEN);
+		flag_chain(there, SWITCH_UNSEEN);
+	}
+	Py_XDECREF(there);
+}
 
 /* ---------------------------------------------------------------- Context.run */
 
