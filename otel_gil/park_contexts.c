@@ -51,7 +51,7 @@
 static PyMutex api_lock;
 static const char *ring_base; /* the park ring (_inprocess.install_parks), mapped for the process's life */
 static uint32_t ring_slots;
-static uint64_t generation = 1; /* bumped at track() and in a forked child: counters read before are void */
+static uint64_t generation = 1; /* bumped at track(), untrack(), in a forked child: what was read is void */
 static int tracking;
 static PyObject *otel_var, *span_key; /* OpenTelemetry's ContextVar and its span key; kept for good once set */
 static PyObject *s_charges_key, *s_parked_attr, *s_asyncio_events, *s_asyncio_base_events;
@@ -416,6 +416,7 @@ static PyObject *untrack(PyObject *module, PyObject *unused)
 {
 	PyMutex_Lock(&api_lock);
 	__atomic_store_n(&tracking, 0, __ATOMIC_RELEASE);
+	__atomic_fetch_add(&generation, 1, __ATOMIC_ACQ_REL); /* a span in flight missed charges since */
 	unhook_context_run();
 	PyMutex_Unlock(&api_lock);
 	Py_RETURN_NONE;

@@ -162,6 +162,17 @@ def test_without_the_c_charge_points_a_loop_span_carries_no_parks(free_threaded)
     assert "_parkcontexts was not built: spans on event loops and greenlets carry no parked time" in report["stderr"]
 
 
+def test_a_span_in_flight_across_a_reinstrument_carries_no_parks(free_threaded):
+    """Its charges stopped while otel-gil was uninstrumented: it carries none rather than a part;
+    a span started after carries its own."""
+    report = run(free_threaded, "reinstrumented")
+    assert (report["hooked"], report["contexts"]) == (True, True), report["stderr"]
+    attrs = span_named(report, "victim")
+    assert not [k for k in attrs if k.startswith("cpython.park")], attrs
+    after, truth_ms = span_named(report, "after"), report["truth"]["waited_ns"] / MS
+    assert truth_ms >= HOLD_MS * 0.9 and within(after["cpython.parked.app_lock_ms"], truth_ms), (after, truth_ms)
+
+
 def test_with_the_gil_on_a_loop_is_as_before(free_threaded):
     """PYTHON_GIL=1 on an asyncio loop: no charge point of parked time (Context.run stays the
     builtin's), no parked time, and the loop's spans say shared_thread (no _fastspan here), as before."""

@@ -25,6 +25,8 @@ something from it:
 - ``uvicorn``: the same on a real uvicorn server (``--loop asyncio --http h11``, the app under
   OpenTelemetry's ASGI middleware): ``GET /blocked`` waits for the lock while ``GET /victim`` is
   in flight on the same loop.
+- ``reinstrumented``: a victim span in flight across ``uninstrument()``/``instrument()`` waits for a
+  lock held HOLD_MS; then a span started after (``after``) does.
 - ``greenlets``: the same between two greenlets of one thread (run with ``PYTHON_GIL=0``: greenlet's
   module does not declare ``Py_mod_gil``, and importing it would turn the GIL on).
 """
@@ -328,7 +330,25 @@ def greenlets(tracer, hold_ms: int) -> dict:
     return truth
 
 
+def reinstrumented(tracer, hold_ms: int) -> dict:
+    """A span in flight across uninstrument() and instrument() (its charges stopped meanwhile) that
+    then waits for a lock: ``victim``; a span started after, waiting again: ``after``."""
+    lock, holder = held_lock(hold_ms)
+    with tracer.start_as_current_span("victim"):
+        GilInstrumentor().uninstrument()
+        GilInstrumentor().instrument(tracer_provider=_provider, backend="inprocess")
+        truth: dict = {}
+        wait_for(lock, truth)
+    holder.join()
+    lock, holder = held_lock(hold_ms)
+    with tracer.start_as_current_span("after"):
+        wait_for(lock, truth)
+    holder.join()
+    return truth
+
+
 SCENARIOS = {
+    "reinstrumented": reinstrumented,
     "fork": forked,
     "loop": loop,
     "to_thread": lambda tracer, hold_ms: loop(tracer, hold_ms, worker=True),
