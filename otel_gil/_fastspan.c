@@ -229,7 +229,7 @@ static int Hooks_init(Hooks *self, PyObject *args, PyObject *kwds)
  * generation come from one read of registration.state (client.State), so they agree. */
 static PyObject *current_ring(Hooks *self, long *generation)
 {
-	PyObject *state = PyObject_GetAttr(self->registration, s_state);
+	PyObject *state = lookup(self->registration, s_state);
 	if (state == NULL)
 		return NULL;
 	if (state == self->state) { /* a State never changes: as registered, with that ring, as when last read */
@@ -341,7 +341,7 @@ static PyObject *snapshot_onto(Hooks *self, PyObject *span)
  * a read-only view), so its own lock is free then. */
 static int lock_free(PyObject *span)
 {
-	PyObject *lock = PyObject_GetAttr(span, s_lock), *locked = NULL;
+	PyObject *lock = lookup(span, s_lock), *locked = NULL;
 	if (lock != NULL && Py_IS_TYPE(lock, lock_type))
 		locked = PyObject_Vectorcall(lock_locked, &lock, 1, NULL);
 	Py_XDECREF(lock);
@@ -354,12 +354,12 @@ static int lock_free(PyObject *span)
  * length limit, room for them, and nobody in the span's lock. Else NULL. */
 static PyObject *direct_dict(PyObject *span, Py_ssize_t adding)
 {
-	PyObject *bounded = PyObject_GetAttr(span, s_attributes);
-	PyObject *d = bounded ? PyObject_GetAttr(bounded, s_dict) : NULL;
-	PyObject *imm = d ? PyObject_GetAttr(bounded, s_immutable) : NULL;
-	PyObject *mvl = imm ? PyObject_GetAttr(bounded, s_max_value_len) : NULL;
-	PyObject *maxlen = mvl ? PyObject_GetAttr(bounded, s_maxlen) : NULL;
-	PyObject *end = maxlen ? PyObject_GetAttr(span, s_end_time) : NULL;
+	PyObject *bounded = lookup(span, s_attributes);
+	PyObject *d = bounded ? lookup(bounded, s_dict) : NULL;
+	PyObject *imm = d ? lookup(bounded, s_immutable) : NULL;
+	PyObject *mvl = imm ? lookup(bounded, s_max_value_len) : NULL;
+	PyObject *maxlen = mvl ? lookup(bounded, s_maxlen) : NULL;
+	PyObject *end = maxlen ? lookup(span, s_end_time) : NULL;
 	int usable = end == Py_None && PyDict_CheckExact(d) && imm == Py_False && mvl == Py_None;
 	if (usable && maxlen != Py_None) {
 		Py_ssize_t limit = PyLong_AsSsize_t(maxlen);
@@ -420,7 +420,7 @@ static int set_attributes(PyObject *span, PyObject *const *keys, PyObject *const
 /* Whether the registration still has the ring the span started with. */
 static int same_ring(Hooks *self, Start *start)
 {
-	PyObject *state = PyObject_GetAttr(start->registration, s_state);
+	PyObject *state = lookup(start->registration, s_state);
 	if (state == NULL)
 		return -1;
 	if (state == self->state) { /* unchanged since current_ring last read it */

@@ -194,17 +194,9 @@ static inline void clear_error(void)
 		PyErr_Clear();
 }
 
-/* getattr(obj, name, NULL) without raising (and paying for) an AttributeError. */
-static inline PyObject *lookup(PyObject *obj, PyObject *name)
-{
-	PyObject *value = NULL;
-#if PY_3_13_OR_LATER
-	PyObject_GetOptionalAttr(obj, name, &value);
-#else
-	_PyObject_LookupAttr(obj, name, &value);
-#endif
-	return value;
-}
+/* instance_attrs.c: getattr(obj, name, NULL) without raising (and paying for) an AttributeError,
+ * and where CPython allows, without the generic lookup. A new reference. */
+HIDDEN PyObject *lookup(PyObject *obj, PyObject *name);
 
 /* tp_descr_get of a method that takes a class's method's place (Py_TPFLAGS_METHOD_DESCRIPTOR):
  * bound to an instance, itself on the class. */
