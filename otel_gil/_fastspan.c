@@ -323,7 +323,7 @@ static PyObject *snapshot_onto(Hooks *self, PyObject *span)
 	start->name = NULL;
 	start->parent = start->prev_running = NULL;
 	memset(&start->own, 0, sizeof(start->own));
-	int failed = PyObject_SetAttr(span, s_start_attr, (PyObject *)start);
+	int failed = store_attr(span, s_start_attr, (PyObject *)start);
 	if (!failed)
 		context_start(self, start, span);
 	Py_DECREF(start);

@@ -197,6 +197,9 @@ static inline void clear_error(void)
 /* instance_attrs.c: getattr(obj, name, NULL) without raising (and paying for) an AttributeError,
  * and where CPython allows, without the generic lookup. A new reference. */
 HIDDEN PyObject *lookup(PyObject *obj, PyObject *name);
+/* setattr(obj, name, value) (value not NULL): 0, or -1 with an error set; where CPython allows, and a
+ * lookup of that name on that type came first, without the generic store. */
+HIDDEN int store_attr(PyObject *obj, PyObject *name, PyObject *value);
 
 /* tp_descr_get of a method that takes a class's method's place (Py_TPFLAGS_METHOD_DESCRIPTOR):
  * bound to an instance, itself on the class. */

@@ -1,6 +1,7 @@
-/* getattr(obj, name, NULL) for the span hooks' reads of SDK objects' instance attributes
- * (span._end_time, its BoundedAttributes' _dict, ...), without the generic lookup where
- * CPython keeps them in the values of its type's shared keys.
+/* getattr(obj, name, NULL) and setattr for the span hooks' reads of SDK objects' instance
+ * attributes (span._end_time, its BoundedAttributes' _dict, ...) and their store of the
+ * span's Start, without the generic lookup where CPython keeps them in the values of the
+ * type's shared keys.
  *
  * A read through PyObject_GetAttr looks the name up in the type (MRO cache), then hashes
  * it into the shared keys: ~190 instructions, paid some twenty times per span. Here a
@@ -10,6 +11,7 @@
  * __getattr__ of its own; valid while the type's version tag is the same (CPython gives
  * a type a new one on any change of it or its bases) and the instance's values are
  * there (not moved into a dict of its own). Else the generic lookup, which refills it.
+ * A store goes there too where the type has no __setattr__ of its own.
  *
  * The values' layout is CPython's, from its internal headers: 3.11 only (3.12's and
  * 3.13's differ: they take the generic lookup).
@@ -48,7 +50,9 @@ static inline size_t slot_of(PyTypeObject *type, PyObject *name)
 static inline struct entry *entry_of(PyTypeObject *type, PyObject *name)
 {
 	size_t s = slot_of(type, name);
-	for (size_t i = 0; i < PROBES; i++) {
+	if (cache[s].type == type && cache[s].name == name)
+		return &cache[s];
+	for (size_t i = 1; i < PROBES; i++) {
 		struct entry *e = &cache[(s + i) & (SLOTS - 1)];
 		if (e->type == type && e->name == name)
 			return e;
@@ -64,6 +68,15 @@ static inline PyDictKeysObject *shared_keys(PyObject *obj, PyTypeObject *type)
 		return NULL;
 	PyDictKeysObject *keys = ((PyHeapTypeObject *)type)->ht_cached_keys;
 	return keys != NULL && keys->dk_kind == DICT_KEYS_SPLIT ? keys : NULL;
+}
+
+/* obj's values, if its type's entry e still says where a name is in them; else NULL. */
+static inline PyDictValues *values_at(PyObject *obj, PyTypeObject *type, const struct entry *e)
+{
+	if (e == NULL || e->version != type->tp_version_tag) /* 0 after any change of the type: never cached */
+		return NULL;
+	PyDictValues *values = *values_pointer(obj); /* (a type of managed dict: its version says it is the same) */
+	return values != NULL && ((PyHeapTypeObject *)type)->ht_cached_keys == e->keys ? values : NULL;
 }
 
 /* Remember where name is for type's instances, if nothing in the type has that name. */
@@ -98,22 +111,16 @@ PyObject *lookup(PyObject *obj, PyObject *name)
 {
 #if PY_3_11_ONLY
 	PyTypeObject *type = Py_TYPE(obj);
-	struct entry *e = entry_of(type, name);
-	if (e != NULL && e->version == type->tp_version_tag) {
-		PyDictKeysObject *keys = shared_keys(obj, type);
-		if (keys == e->keys && keys != NULL) {
-			if (e->index < 0) {
-				if (keys->dk_nentries == e->nentries)
-					return NULL; /* no instance of the type has it: obj neither */
-			} else {
-				PyObject *value = (*values_pointer(obj))->values[e->index];
-				if (value != NULL) {
-					Py_INCREF(value);
-					return value;
-				}
-				return NULL; /* not set on obj, and not in its type */
-			}
+	const struct entry *e = entry_of(type, name);
+	PyDictValues *values = values_at(obj, type, e);
+	if (values != NULL) {
+		if (e->index >= 0) {
+			PyObject *value = values->values[e->index];
+			Py_XINCREF(value);
+			return value; /* NULL: not set on obj, and not in its type */
 		}
+		if (e->keys->dk_nentries == e->nentries)
+			return NULL; /* no instance of the type has it: obj neither */
 	}
 #endif
 	PyObject *value = NULL;
@@ -127,4 +134,25 @@ PyObject *lookup(PyObject *obj, PyObject *name)
 		fill(obj, name);
 #endif
 	return value;
+}
+
+int store_attr(PyObject *obj, PyObject *name, PyObject *value)
+{
+#if PY_3_11_ONLY
+	PyTypeObject *type = Py_TYPE(obj);
+	const struct entry *e = entry_of(type, name);
+	PyDictValues *values = values_at(obj, type, e);
+	if (values != NULL && e->index >= 0 && type->tp_setattro == PyObject_GenericSetAttr) {
+		/* as 3.11's _PyObject_StoreInstanceAttribute with the name's index known */
+		PyObject *old = values->values[e->index];
+		Py_INCREF(value);
+		values->values[e->index] = value;
+		if (old == NULL)
+			_PyDictValues_AddToInsertionOrder(values, e->index);
+		else
+			Py_DECREF(old);
+		return 0;
+	}
+#endif
+	return PyObject_SetAttr(obj, name, value);
 }

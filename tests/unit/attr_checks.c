@@ -1,4 +1,4 @@
-/* otel_gil/instance_attrs.c's lookup, callable from Python: the C side of
+/* otel_gil/instance_attrs.c's lookup and store_attr, callable from Python: the C side of
  * tests/unit/test_instance_attrs.py, which compiles this module with it (test-only).
  */
 #include "fastspan.h"
@@ -18,7 +18,16 @@ static PyObject *checks_lookup(PyObject *module, PyObject *args)
 	return value;
 }
 
+static PyObject *checks_store(PyObject *module, PyObject *args)
+{
+	PyObject *obj, *name, *value;
+	if (!PyArg_ParseTuple(args, "OUO", &obj, &name, &value) || store_attr(obj, name, value))
+		return NULL;
+	Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+	{"store", checks_store, METH_VARARGS, "store(obj, name, value): setattr(obj, name, value) as the C span hooks do."},
 	{"lookup", checks_lookup, METH_VARARGS,
 	 "lookup(obj, name): getattr(obj, name, ABSENT) as the C span hooks read it (name: an interned str)."},
 	{NULL},

@@ -1,8 +1,9 @@
-"""The C span hooks' attribute reads (``otel_gil/instance_attrs.c``) against ``getattr``: where
-CPython keeps an instance's attributes in its type's shared keys (3.11) they are read there by an
-index cached per (type, name); whatever changes the type or the instance after that (a property or
-class attribute added, ``__getattr__``, the instance's own dict, attributes deleted, more types than
-the cache holds) must give what ``getattr`` gives. Each read is made twice (the first fills the
+"""The C span hooks' attribute reads and stores (``otel_gil/instance_attrs.c``) against ``getattr``
+and ``setattr``: where CPython keeps an instance's attributes in its type's shared keys (3.11) they
+are read and written there by an index cached per (type, name); whatever changes the type or the
+instance after that (a property, class attribute, ``__getattr__`` or ``__setattr__`` added, the
+instance's own dict, attributes deleted, more types than the cache holds) must give what
+``getattr`` and ``setattr`` give. Each read is made twice (the first fills the
 cache, the second uses it) through ``attr_checks.c``, a module compiled here with it."""
 
 from __future__ import annotations
@@ -101,6 +102,39 @@ def test_an_instance_with_a_dict_of_its_own_a_subclass_and_a_replaced_dict(check
     c.__dict__ = {"_other": 3}
     same(checks, c, "_start_time")
     same(checks, c, "_other")
+
+
+def test_stores_leave_what_setattr_leaves(checks):
+    class Span:
+        def __init__(self):
+            self._name = "op"
+
+    name = sys.intern("_otel_gil_start")
+    first, second = Span(), Span()
+    for span in (first, second, Span()):  # the first store adds the name to the type's keys
+        same(checks, span, name)
+        checks.store(span, name, 1)
+        checks.store(span, sys.intern("_late"), 2)
+        checks.store(span, name, 3)  # replaced: stays where it was in the order
+        assert vars(span) == {"_name": "op", name: 3, "_late": 2} and list(vars(span)) == ["_name", name, "_late"]
+    Span._otel_gil_start = property(lambda self: "class", lambda self, value: setattr(self, "_set", value))
+    checks.store(second, name, 4)  # a data descriptor takes the store
+    assert second._set == 4 and second._otel_gil_start == "class"
+    del Span._otel_gil_start
+    Span.__setattr__ = lambda self, key, value: object.__setattr__(self, key, value * 10)
+    checks.store(first, name, 5)
+    same(checks, first, name)
+    assert first._otel_gil_start == 50
+
+    class Guarded:  # its own __setattr__ from the start
+        def __setattr__(self, key, value):
+            object.__setattr__(self, key, -value)
+
+    guarded = Guarded()
+    for _ in range(2):
+        checks.store(guarded, name, 6)
+        same(checks, guarded, name)
+        assert guarded._otel_gil_start == -6
 
 
 def test_more_types_and_names_than_the_cache_holds(checks):
