@@ -65,7 +65,7 @@ setup(
         for name, sources in (
             ("_inprocess", ["_inprocess", "got_patch"]),
             ("_fastspan", ["_fastspan", "context_switches", "module_switches", "got_patch", "thread_names",
-                           "wait_ratios", "instance_attrs"]),
+                           "wait_ratios", "cpython_layouts"]),
         )
         if not (free_threaded and name == "_fastspan")
     ]

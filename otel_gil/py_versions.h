@@ -6,7 +6,7 @@
 
 #include <Python.h>
 
-/* Instance attributes in the values of the type's shared keys (instance_attrs.c reads them there). */
+/* Instance attributes in the values of the type's shared keys (cpython_layouts.c reads them there). */
 #define PY_3_11_ONLY (PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000)
 /* PyType_GetDict: static builtin types keep their dict per interpreter. */
 #define PY_3_12_OR_LATER (PY_VERSION_HEX >= 0x030C0000)

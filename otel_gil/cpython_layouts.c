@@ -1,20 +1,22 @@
-/* getattr(obj, name, NULL) and setattr for the span hooks' reads of SDK objects' instance
- * attributes (span._end_time, its BoundedAttributes' _dict, ...) and their store of the
- * span's Start, without the generic lookup where CPython keeps them in the values of the
- * type's shared keys.
+/* The span hooks' reads and writes through CPython's own layouts, where the generic path
+ * costs more than the rest of a span's figures: 3.11 only (its internal headers; 3.12's
+ * and 3.13's layouts differ: they take the generic path).
  *
- * A read through PyObject_GetAttr looks the name up in the type (MRO cache), then hashes
- * it into the shared keys: ~190 instructions, paid some twenty times per span. Here a
- * small cache keyed by (type, name) keeps the name's index in the shared keys, taken
- * where the type has no attribute of that name (nothing in the class can shadow the
- * instance's value, nor stand in for it when absent) and no __getattribute__ or
- * __getattr__ of its own; valid while the type's version tag is the same (CPython gives
- * a type a new one on any change of it or its bases) and the instance's values are
- * there (not moved into a dict of its own). Else the generic lookup, which refills it.
- * A store goes there too where the type has no __setattr__ of its own.
+ * Instance attributes (lookup, store_attr): the SDK span's, its BoundedAttributes', the
+ * registration's, the thread's. A read through PyObject_GetAttr looks the name up in the
+ * type (MRO cache), then hashes it into the type's shared keys: ~190 instructions, paid
+ * some twenty times per span. Here a small cache keyed by (type, name) keeps the name's
+ * index in the shared keys, taken where the type has no attribute of that name (nothing
+ * in the class can shadow the instance's value, nor stand in for it when absent) and no
+ * __getattribute__ or __getattr__ of its own; valid while the type's version tag is the
+ * same (CPython gives a type a new one on any change of it or its bases) and the
+ * instance's values are there (not moved into a dict of its own). Else the generic
+ * lookup, which refills it. A store goes there too where the type has no __setattr__.
  *
- * The values' layout is CPython's, from its internal headers: 3.11 only (3.12's and
- * 3.13's differ: they take the generic lookup).
+ * A span's attribute dict, empty (dict_fill_empty): a copy of a model dict of the same
+ * keys, its values replaced in place (PyDict_Update clones a dict's keys into an empty
+ * one in one pass; inserting costs ~220 instructions a key, replacing through
+ * PyDict_SetItem as much).
  */
 #include "fastspan.h"
 
@@ -155,4 +157,33 @@ int store_attr(PyObject *obj, PyObject *name, PyObject *value)
 	}
 #endif
 	return PyObject_SetAttr(obj, name, value);
+}
+
+int dict_fill_empty(PyObject *dict, PyObject *model, PyObject *const *keys, PyObject *const *values, Py_ssize_t n)
+{
+#if PY_3_11_ONLY
+	PyDictObject *mp = (PyDictObject *)model;
+	if (mp->ma_used == 0) {
+		for (Py_ssize_t i = 0; i < n; i++)
+			if (PyDict_SetItem(model, keys[i], values[i]))
+				return -1;
+	} else {
+		PyDictKeysObject *k = mp->ma_keys;
+		if (mp->ma_values != NULL || k->dk_kind != DICT_KEYS_UNICODE || k->dk_nentries != n || mp->ma_used != n)
+			return 0;
+		PyDictUnicodeEntry *entries = DK_UNICODE_ENTRIES(k);
+		for (Py_ssize_t i = 0; i < n; i++)
+			if (entries[i].me_key != keys[i])
+				return 0;
+		for (Py_ssize_t i = 0; i < n; i++) {
+			PyObject *old = entries[i].me_value;
+			Py_INCREF(values[i]);
+			entries[i].me_value = values[i];
+			Py_DECREF(old);
+		}
+	}
+	return PyDict_Update(dict, model) ? -1 : 1;
+#else
+	return 0;
+#endif
 }

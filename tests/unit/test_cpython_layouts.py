@@ -1,10 +1,11 @@
-"""The C span hooks' attribute reads and stores (``otel_gil/instance_attrs.c``) against ``getattr``
-and ``setattr``: where CPython keeps an instance's attributes in its type's shared keys (3.11) they
+"""The C span hooks' shortcuts through CPython's layouts (``otel_gil/cpython_layouts.c``) against
+the generic paths. Attribute reads and stores against ``getattr`` and ``setattr``: where CPython keeps an instance's attributes in its type's shared keys (3.11) they
 are read and written there by an index cached per (type, name); whatever changes the type or the
 instance after that (a property, class attribute, ``__getattr__`` or ``__setattr__`` added, the
 instance's own dict, attributes deleted, more types than the cache holds) must give what
-``getattr`` and ``setattr`` give. Each read is made twice (the first fills the
-cache, the second uses it) through ``attr_checks.c``, a module compiled here with it."""
+``getattr`` and ``setattr`` give. An empty dict filled from a model: as inserting the keys in order
+would leave it, whatever it held before. Each read is made twice (the first fills the
+cache, the second uses it) through ``layout_checks.c``, a module compiled here with it."""
 
 from __future__ import annotations
 
@@ -22,11 +23,11 @@ HERE = Path(__file__).parent
 
 @pytest.fixture(scope="module")
 def checks(tmp_path_factory):
-    built = tmp_path_factory.mktemp("attrs") / f"attr_checks{sysconfig.get_config_var('EXT_SUFFIX')}"
+    built = tmp_path_factory.mktemp("layouts") / f"layout_checks{sysconfig.get_config_var('EXT_SUFFIX')}"
     subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-Wall", "-Werror", f"-I{sysconfig.get_paths()['include']}",
-                    f"-I{ROOT / 'otel_gil'}", "-o", str(built), str(HERE / "attr_checks.c"),
-                    str(ROOT / "otel_gil" / "instance_attrs.c")], check=True)
-    spec = importlib.util.spec_from_file_location("attr_checks", built)
+                    f"-I{ROOT / 'otel_gil'}", "-o", str(built), str(HERE / "layout_checks.c"),
+                    str(ROOT / "otel_gil" / "cpython_layouts.c")], check=True)
+    spec = importlib.util.spec_from_file_location("layout_checks", built)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -149,3 +150,19 @@ def test_more_types_and_names_than_the_cache_holds(checks):
             same(checks, obj, "a")
             same(checks, obj, "b")
             same(checks, obj, "c")
+
+
+def test_an_empty_dict_filled_from_a_model_is_what_inserting_in_order_leaves(checks):
+    keys = tuple(sys.intern(k) for k in ("thread.name", "thread.id", "gil.wait_ms", "gil.hold_ms", "gil.wait_ratio"))
+    model = {}
+    for round, values in enumerate([("a", 1, 0.5, 1.5, 0.1), ("b", 2, 0.0, 2.5, 0.0), ("c", 3, 9.0, 0.25, 0.9)]):
+        target = {}
+        filled = checks.fill_empty(target, model, keys, values)
+        if filled == 0:  # no shortcut on this CPython: the hooks insert them
+            assert sys.version_info[:2] != (3, 11) and target == {}
+            continue
+        assert filled == 1 and list(target.items()) == list(zip(keys, values)), round
+        target["later"] = 1  # a dict of its own: the model is not touched
+        assert "later" not in model
+    other = tuple(reversed(keys))  # another set (order) of keys than the model's: the caller inserts
+    assert checks.fill_empty({}, model, other, tuple(range(5))) == 0
