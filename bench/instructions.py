@@ -52,6 +52,9 @@ for _ in range(int(sys.argv[1])):
 """
 LONG_WAITS = TRACER.replace("LONG_WAIT_NS", "1_000_000") + r"""
 import ctypes, threading
+if sys.argv[2] == "1":
+    from otel_gil import threads
+    threads.watch_starts()  # as GilInstrumentor does: the blocker's name without reading /proc
 usleep = ctypes.PyDLL(None).usleep  # holds the GIL through the call
 go, entered = threading.Lock(), threading.Lock()
 go.acquire()
