@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 import time
 from pathlib import Path
 
@@ -15,6 +16,12 @@ def machine() -> str:
     """One line naming the machine and date, for each section's header."""
     return (f"{platform.node()}: {os.cpu_count()} cores, Linux {platform.release()}, "
             f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
+
+
+def quartiles(ratios: list[float]) -> str:
+    """The first and third quartiles of a benchmark's per-round ratios, in per cent."""
+    q = statistics.quantiles(ratios, n=4)
+    return f"{100 * q[0]:.1f}-{100 * q[2]:.1f} %"
 
 
 def python_in(checkout: Path) -> dict:

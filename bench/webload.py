@@ -82,7 +82,7 @@ def start_server(mode: str, sock: str, log: Path) -> subprocess.Popen:
 
 
 def wrk(port: int, route: str, seconds: float, connections: int = 8) -> dict:
-    """One wrk run on 127.0.0.1:``port``: req/s, p50 and p99 (ms)."""
+    """One wrk run on 127.0.0.1:``port``: req/s, requests, p50 and p99 (ms)."""
     out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--latency", f"http://127.0.0.1:{port}{route}"],
                          capture_output=True, text=True, check=True).stdout
     if "Non-2xx" in out or "Socket errors" in out:
@@ -93,6 +93,7 @@ def wrk(port: int, route: str, seconds: float, connections: int = 8) -> dict:
         return float(value) * {"us": 1e-3, "ms": 1, "s": 1e3}[unit]
 
     return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
+            "requests": int(re.search(r"(\d+) requests in", out).group(1)),
             "p50_ms": latency_ms("50%"), "p99_ms": latency_ms("99%")}
 
 

@@ -40,6 +40,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "py_versions.h"
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -152,6 +154,49 @@ static inline int read_memory(void *dst, size_t n, uint64_t src)
 	return 0;
 }
 
+/* Lines of logged holds' frames, remembered: PyCode_Addr2Line decodes the line table
+ * from its start (thousands of instructions in a long function such as the event loop's
+ * _run_once, four frames a hold). An entry answers only for the same code address,
+ * offset and table object whose bytes and first line are still those it was computed
+ * from (a copy is compared), so a code object freed and another made at its address is
+ * decoded anew. Used under the main GIL's mutex (drop_gil): one thread at a time. */
+#define LINES_BITS 6
+#define LINES_LEN (1 << LINES_BITS) /* entries */
+#define LINES_TABLE 1024     /* longest line table remembered, bytes */
+static struct {
+	const PyCodeObject *code;
+	int addr, line, firstlineno;
+	const PyObject *table;
+	Py_ssize_t size;
+	char bytes[LINES_TABLE];
+} lines[LINES_LEN];
+
+static int line_of(PyCodeObject *code, int addr)
+{
+#if PY_3_10_OR_LATER
+	PyObject *table = code->co_linetable;
+#else
+	PyObject *table = code->co_lnotab;
+#endif
+	if (table == NULL || !PyBytes_CheckExact(table) || PyBytes_GET_SIZE(table) > LINES_TABLE)
+		return PyCode_Addr2Line(code, addr);
+	Py_ssize_t size = PyBytes_GET_SIZE(table);
+	uint64_t key = ((uint64_t)(uintptr_t)code ^ (uint64_t)addr << 40) * 0x9E3779B97F4A7C15ULL;
+	typeof(lines[0]) *e = &lines[key >> (64 - LINES_BITS)];
+	if (e->code == code && e->addr == addr && e->table == table && e->size == size &&
+	    e->firstlineno == code->co_firstlineno && !memcmp(e->bytes, PyBytes_AS_STRING(table), size))
+		return e->line;
+	int line = PyCode_Addr2Line(code, addr);
+	e->code = code;
+	e->addr = addr;
+	e->line = line;
+	e->firstlineno = code->co_firstlineno;
+	e->table = table;
+	e->size = size;
+	memcpy(e->bytes, PyBytes_AS_STRING(table), size);
+	return line;
+}
+
 /* The event logic both writers share, on this side's primitives. */
 #define GIL_INLINE static inline __attribute__((always_inline))
 #define GIL_SEQ_BUMP(s) seq_bump(s)
@@ -162,7 +207,7 @@ static inline int read_memory(void *dst, size_t n, uint64_t src)
 #define GIL_FREE_SLOT(s) __atomic_store_n(owner_word(s), 0, __ATOMIC_RELEASE)
 #define GIL_READ(dst, n, src) read_memory((dst), (n), (src))
 #define GIL_WHERE int /* unused here */
-#define GIL_LINE(py, code, addr, depth, where) PyCode_Addr2Line((PyCodeObject *)(uintptr_t)(code), (int)(addr))
+#define GIL_LINE(py, code, addr, depth, where) line_of((PyCodeObject *)(uintptr_t)(code), (int)(addr))
 #include "gil_location.h"
 
 /* Where the releasing thread's code is, as hold `hold`'s location (under gil->mutex). */

@@ -8,7 +8,7 @@ tools read ``threading``'s thread names through them
 64-bit Linux; ``tests/integration/test_pystructs.py`` compiles each interpreter's
 own headers and checks its row field by field, and on 3.13+ a process's own
 ``_Py_DebugOffsets`` must agree with its row before either writer uses it
-(:func:`debug_offsets_disagree`). Free-threaded builds (``python3.13t``) have rows of their
+(:func:`debug_offsets_disagree`). Free-threaded builds (``python3.13t``+) have rows of their
 own: their object header is longer (:data:`FREE_THREADED`).
 """
 
@@ -104,6 +104,12 @@ STRUCTS: dict[tuple[int, int], Structs] = {
 FREE_THREADED: dict[tuple[int, int], Structs] = {
     (3, 13): Structs(_INTERP, _LOCATIONS, 0, 0, 3, -24, 72, -1, 8, 0, 56, 70, 144, 128, 84, 152, 216, 200, 32, 48, 32, 48, 56, 72, 632, 7664, 896,
                      STRUCTS[(3, 13)].debug, ob_type=24, managed_dict=-8),
+    # 3.14t, 3.15t: from CPython 3.14.10's and 3.15.2's headers compiled with Py_GIL_DISABLED
+    # (no such build here: untested, README "Free-threaded builds"); tlbc_index moves frame_owner.
+    (3, 14): Structs(_INTERP, _LOCATIONS, 0, 1, 3, -24, 72, -1, 8, 0, 56, 78, 144, 128, 84, 152, 232, 208, 32, 48, 32, 48, 56, 72, 808, 7712, 896,
+                     STRUCTS[(3, 14)].debug, ob_type=24, managed_dict=-8),
+    (3, 15): Structs(_INTERP, _LOCATIONS, 0, 3, 3, -24, 72, -1, 8, 0, 56, 78, 144, 128, 84, 152, 232, 208, 32, 48, 32, 48, 56, 72, 936, 7592, 904,
+                     STRUCTS[(3, 15)].debug, ob_type=24, managed_dict=-8),
 }
 
 DEBUG_COOKIE = b"xdebugpy"  # _Py_DebugOffsets starts with it (3.13+)
@@ -111,7 +117,7 @@ DEBUG_FREE_THREADED = 16  # _Py_DebugOffsets.free_threaded: 1 on a free-threaded
 # Where _Py_DebugOffsets keeps what says whether a free-threaded build's GIL is on:
 # (interpreter_state.ceval_gil, gil_runtime_state_enabled), offsets into PyInterpreterState
 # and struct _gil_runtime_state.
-GIL_ENABLED_DEBUG: dict[tuple[int, int], tuple[int, int]] = {(3, 13): (112, 128)}
+GIL_ENABLED_DEBUG: dict[tuple[int, int], tuple[int, int]] = {(3, 13): (112, 128), (3, 14): (120, 136), (3, 15): (120, 136)}
 _U64 = struct.Struct("<Q")
 Read = Callable[[int, int], bytes]  # read(address, size): a process's memory
 
@@ -199,17 +205,22 @@ class Parking:
     tp_name: int  # PyTypeObject.tp_name
     stw_runtime: int  # _PyRuntimeState.stoptheworld.stop_event: a global stop-the-world's requester waits on it
     stw_interp: int  # PyInterpreterState.stoptheworld.stop_event: ... an interpreter's
+    debug_tstate_next: int  # where _Py_DebugOffsets keeps thread_state.next (the collector's walk)
 
 
-# Free-threaded builds only (3.13t: CPython 3.13.5's headers, checked by tests/integration/test_pystructs.py).
+# Free-threaded builds only, from their headers (tests/integration/test_pystructs.py): 3.13t's
+# CPython 3.13.5's (sid's 3.13.18 headers put stw_runtime at 10364); 3.14t's and 3.15t's
+# CPython 3.14.10's and 3.15.2's (untested: no such build here).
 PARKING: dict[tuple[int, int], Parking] = {
-    (3, 13): Parking(-8, 40, 10, 24, 32, 40, 10340, 10748),
+    (3, 13): Parking(-8, 40, 10, 24, 32, 40, 10340, 10748, 168),
+    (3, 14): Parking(-8, 44, 10, 24, 32, 40, 10556, 10852, 192),
+    (3, 15): Parking(-8, 48, 10, 24, 32, 40, 10676, 10804, 192),
 }
 # _Py_DebugOffsets positions (3.13+) of runtime_state.size and interpreter_state.size: a park
 # on an address inside _PyRuntime or the main PyInterpreterState is the interpreter's own.
 DEBUG_RUNTIME_SIZE, DEBUG_INTERP_SIZE = 24, 48
-# ... of interpreter_state.threads_head and thread_state.next (3.13): the collector walks the
-# thread states for a park on one's state (a stop-the-world; in-process, the parker's own).
-DEBUG_THREADS_HEAD, DEBUG_TSTATE_NEXT = 72, 168
+# ... of interpreter_state.threads_head: the collector walks the thread states (through
+# Parking.debug_tstate_next) for a park on one's state (a stop-the-world; in-process, the parker's own).
+DEBUG_THREADS_HEAD = 72
 # The app's locks' types (Modules/_threadmodule.c): the collector tells them by tp_name.
 LOCK_TYPE_NAMES = (b"_thread.lock", b"_thread.RLock")

@@ -48,7 +48,7 @@ def _top(args: argparse.Namespace) -> int:
     from otel_gil_collector.report import progress_to_stderr
 
     def run() -> int:
-        with Attachment(args.pid, "otel-gil top", progress_to_stderr) as att:
+        with Attachment(args.pid, "otel-gil top", progress_to_stderr, parks=True) as att:
             if args.batch or not sys.stdout.isatty():
                 top.batch(att, args.interval, args.count)
             else:
@@ -68,7 +68,8 @@ def add_report(sub) -> None:
 
 
 def add_top(sub) -> None:
-    live = sub.add_parser("top", help="live per-thread GIL view of a running Python process (root); q quits")
+    live = sub.add_parser("top", help="live per-thread GIL view of a running Python process (root; free-threaded: "
+                                       "parked time); q quits")
     live.add_argument("--pid", type=int, required=True, help="the process to attach to")
     live.add_argument("--interval", type=_duration, default=1.0, help="refresh every, e.g. 2s (default 1s)")
     live.add_argument("--batch", action="store_true", help="print a frame per interval instead of a live screen")

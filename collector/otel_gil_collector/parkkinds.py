@@ -41,7 +41,7 @@ class Classifier:
                 raise Unreadable(disagreement)
             self.runtime_size, self.interp_size, self.threads_head, self.tstate_next = (
                 mem.word(self.runtime + at) for at in (pystructs.DEBUG_RUNTIME_SIZE, pystructs.DEBUG_INTERP_SIZE,
-                                                       pystructs.DEBUG_THREADS_HEAD, pystructs.DEBUG_TSTATE_NEXT))
+                                                       pystructs.DEBUG_THREADS_HEAD, self.row.debug_tstate_next))
             self.interp = mem.word(self.runtime + structs.interpreters_main)
         finally:
             mem.close()

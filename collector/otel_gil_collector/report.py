@@ -198,25 +198,37 @@ def _ns_or_dash(seconds: float) -> str:
     return fmt_ns(seconds * 1e9) if seconds else "-"
 
 
+PARKED_HEADER = (f"{'tid':>8} {'thread':<20} " + " ".join(f"{h:>9}" for h in ("stw", "crit sec", "app lock", "internal",
+                 "other")) + f" {'total':>9} {'parks':>7}  critical sections on")  # semconv.PARK_KINDS, in order
+PARKED_LEGEND = ("stw = stop-the-world (suspended, or waiting for the others to stop); crit sec = an object's critical "
+                 "section (by its type); app lock = a threading.Lock; internal = the interpreter's own locks")
+
+
+def parked_line(tid: int, name: str, parked_s: dict[str, float], parks: int, types: dict[str, float]) -> str:
+    """One thread's row of parked time (s by semconv.PARK_KINDS; ``types``: critical sections'
+    object types, longest first), for report and top."""
+    on = ", ".join(f"{type_name or '?'} {fmt_ns(s * 1e9)}" for type_name, s in list(types.items())[:3])
+    kinds = " ".join(f"{_ns_or_dash(parked_s[k]):>9}" for k in PARK_KINDS)
+    return f"{tid:>8} {name[:20]:<20} {kinds} {_ns_or_dash(sum(parked_s.values())):>9} {parks:>7}  {on}".rstrip()
+
+
+def gil_disabled_line(why: str) -> str:
+    """What a free-threaded process without its GIL shows instead of GIL figures."""
+    return (f"{why.split(':')[0]} (a free-threaded build running without a GIL: no GIL figures); "
+            "time parked in CPython's parking lot instead, by what each thread parked on")
+
+
 def render_parked(report: dict) -> str:
     """The text of a free-threaded process's report: parked time by kind, per thread."""
-    heads = ("stw", "crit sec", "app lock", "internal", "other")  # semconv.PARK_KINDS, in order
-    lines = [f"pid {report['pid']} ({report['interpreter']}), {report['duration_s']:.1f} s: "
-             f"{report['gil'].split(':')[0]} (a free-threaded build running without a GIL: no GIL figures); "
-             "time parked in CPython's parking lot instead, by what each thread parked on",
+    lines = [f"pid {report['pid']} ({report['interpreter']}), {report['duration_s']:.1f} s: {gil_disabled_line(report['gil'])}",
              *([] if report["thread_names"] == "threading" else [f"thread names from {report['thread_names']}"]),
-             "", f"{'tid':>8} {'thread':<20} " + " ".join(f"{h:>9}" for h in heads) + f" {'total':>9} {'parks':>7}"
-             "  critical sections on"]
+             "", PARKED_HEADER]
     for t in report["threads"]:
-        on = ", ".join(f"{name or '?'} {fmt_ns(s * 1e9)}" for name, s in list(t["critical_section_types"].items())[:3])
-        kinds = " ".join(f"{_ns_or_dash(t['parked_s'][k]):>9}" for k in PARK_KINDS)
-        total = fmt_ns(t["parked_total_s"] * 1e9)
-        lines.append(f"{t['tid']:>8} {t['name'][:20]:<20} {kinds} {total:>9} {t['parks']:>7}  {on}")
+        lines.append(parked_line(t["tid"], t["name"], t["parked_s"], t["parks"], t["critical_section_types"]))
     e = report["exited_threads"]
     if e["threads"]:
         lines.append(f"{'':>8} {'(exited threads)':<20} {'':>49} {fmt_ns(e['parked_s'] * 1e9):>9}")
-    lines += ["", "stw = stop-the-world (suspended, or waiting for the others to stop); crit sec = an object's "
-              "critical section (by its type); app lock = a threading.Lock; internal = the interpreter's own locks"]
+    lines += ["", PARKED_LEGEND]
     return "\n".join(lines)
 
 

@@ -1,7 +1,9 @@
 """``otel-gil top --pid PID``: a live per-thread view of who holds and who waits for the GIL,
 and in which functions it was held.
 
-Refreshes every interval with the figures of that interval only. In a terminal it
+On a free-threaded build running without its GIL it shows, per thread, the time parked in
+CPython's parking lot by what it parked on instead (as ``otel-gil report``). Refreshes every
+interval with the figures of that interval only. In a terminal it
 is a full-screen view (curses: works over ssh) that quits on ``q`` or Ctrl-C;
 with ``--batch``, or when stdout is not a terminal, it prints one frame per
 interval instead.
@@ -15,7 +17,8 @@ import time
 from otel_gil import ring as ringlib
 from otel_gil_collector import functions
 from otel_gil_collector.attach import Attachment
-from otel_gil_collector.report import fmt_ns
+from otel_gil.semconv import PARK_KINDS
+from otel_gil_collector.report import PARKED_HEADER, PARKED_LEGEND, fmt_ns, gil_disabled_line, parked_line
 
 KEY_POLL_S = 0.05
 FUNCTIONS = 5  # places shown, most held first
@@ -28,10 +31,14 @@ class Frames:
         self.att = att
         self._t = att.poll()
         self._prev = {tid: t.counters for tid, t in att.threads.items()}
+        self._parked_prev = {tid: (t.parked, dict(t.parked_types), t.parks) for tid, t in att.threads.items()}
 
     def next(self) -> list[str]:
         now = self.att.poll()
         dt = max(now - self._t, 1)
+        if self.att.gil_disabled:
+            self._t = now
+            return self._parked(dt)
         rows = []
         for tid in self.att.present:
             t = self.att.threads[tid]
@@ -75,6 +82,25 @@ class Frames:
                 where = f.where(basename=True)  # report has the paths
                 lines.append(f"{100 * f.hold_ns / dt:>7.1f}% {fmt_ns(f.hold_ns):>8}  {threads[:19]:<19} {where}")
         return lines
+
+    def _parked(self, dt: int) -> list[str]:
+        """The frame of a free-threaded process without its GIL: each thread's parked time by
+        kind this interval."""
+        rows = []
+        for tid in self.att.present:
+            t = self.att.threads[tid]
+            parked, types, parks = self._parked_prev.get(tid, ((0,) * len(PARK_KINDS), {}, 0))
+            # max(): a park seen open, then closed where the map had no room, moves to other
+            by_kind = {k: max(now - before, 0) / 1e9 for k, now, before in zip(PARK_KINDS, t.parked, parked)}
+            on = {name: (ns - types.get(name, 0)) / 1e9 for name, ns in t.parked_types.items() if ns > types.get(name, 0)}
+            rows.append((tid, t.name, by_kind, max(t.parks - parks, 0), dict(sorted(on.items(), key=lambda i: -i[1]))))
+        self._parked_prev = {tid: (t.parked, dict(t.parked_types), t.parks) for tid, t in self.att.threads.items()}
+        rows.sort(key=lambda r: sum(r[2].values()), reverse=True)
+        total = sum(sum(r[2].values()) for r in rows) * 1e9
+        return [f"otel-gil top: pid {self.att.pid}, last {dt / 1e9:.1f} s: {gil_disabled_line(self.att.gil_disabled)}",
+                f"parked {100 * total / dt:.0f} % of the time (summed over threads)", self.att.plan.interpreter,
+                *([] if self.att.names_from == "threading" else [f"thread names from {self.att.names_from}"]),
+                "", PARKED_HEADER, *(parked_line(*row) for row in rows), "", PARKED_LEGEND]
 
     def _name(self, tid: int) -> str:
         t = self.att.threads.get(tid)

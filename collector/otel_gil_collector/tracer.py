@@ -113,9 +113,11 @@ class Tracer:
         self._uprobes[name] = open_uprobe(self._fns[probe.handler], name, probe, pid)
         return name
 
-    def _detach(self, name: str) -> None:
+    def _detach(self, name: str, wait: bool = False) -> None:
         fd = self._uprobes.pop(name, None)
-        if fd is not None:
+        if fd is not None and wait:
+            close_uprobe(name, fd)
+        elif fd is not None:
             self._detacher.submit(close_uprobe, name, fd)
 
     def finish_bootstrap(self) -> None:
@@ -132,18 +134,20 @@ class Tracer:
         """(tid, address parked on) -> (ns parked there, parks) of ``pid`` so far (park_addrs)."""
         return {(k.tid, k.addr): (v.ns, v.parks) for k, v in self._bpf["park_addrs"].items() if k.tgid == pid}
 
-    def remove(self, pid: int) -> None:
+    def remove(self, pid: int, wait: bool = False) -> None:
+        """Stop tracing ``pid``; ``wait``: return once its uprobes are gone (bench/park_cost.py's
+        blocks without them), not in the background."""
         traced = self.traced.pop(pid, None)
         if traced is not None:
-            self._release(traced)
+            self._release(traced, wait)
 
-    def _release(self, traced: Traced) -> None:
+    def _release(self, traced: Traced, wait: bool = False) -> None:
         try:
             del self._procs[ctypes.c_uint(traced.pid)]  # from now on the BPF side ignores the pid
         except KeyError:
             pass
         for name in traced.events:
-            self._detach(name)
+            self._detach(name, wait)
         traced.events.clear()
         traced.slots.close()  # the map lives on while the client still maps it
 

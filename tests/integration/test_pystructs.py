@@ -1,5 +1,6 @@
 """The one table of CPython struct offsets (otel_gil/pystructs.py) against each interpreter's
-own headers: every build of the matrix compiles them and prints what its row must say,
+own headers: every build of the matrix compiles them and prints what its row must say (3.14t
+and 3.15t, of which there is no build here: sid's 3.14 and 3.15 headers compiled free-threaded),
 the positions in _Py_DebugOffsets on 3.13+ included (on a free-threaded build: its own row, the
 positions that say whether its GIL is on, and its PARKING row)."""
 
@@ -17,6 +18,10 @@ _STRUCTS_C = r"""
 #include <internal/pycore_runtime.h>
 #include <internal/pycore_interp.h>
 #include <internal/pycore_object.h>
+#ifdef Py_GIL_DISABLED
+#include <internal/pycore_llist.h>
+#include <internal/pycore_semaphore.h>
+#endif
 #if PY_VERSION_HEX >= 0x030E0000
 #include <internal/pycore_interpframe_structs.h>
 #elif PY_VERSION_HEX >= 0x030B0000
@@ -27,6 +32,7 @@ _STRUCTS_C = r"""
 #if PY_VERSION_HEX >= 0x030E0000
 #include <internal/pycore_debug_offsets.h>
 #endif
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #define P(name, value) printf("%s %ld\n", name, (long)(value))
@@ -37,10 +43,13 @@ int main(void) {
     P("free_threaded", 1);
     printf("gil_enabled_debug %zu,%zu\n", offsetof(_Py_DebugOffsets, interpreter_state.ceval_gil),
            offsetof(_Py_DebugOffsets, interpreter_state.gil_runtime_state_enabled));
-    /* pystructs.PARKING, but entry_addr (struct wait_entry is Python/parking_lot.c's own: the
-     * parks' ground truths check it); lockobject as Modules/_threadmodule.c has it */
+    /* pystructs.PARKING; struct wait_entry as Python/parking_lot.c (3.13-3.15) and lockobject
+     * as Modules/_threadmodule.c have them (the parks' ground truths check both on 3.13t) */
+    struct wait_entry { void *park_arg; uintptr_t addr; _PySemaphore sema; struct llist_node node; bool is_unparking; };
     typedef struct { PyObject_HEAD PyMutex lock; } lockobject;
-    printf("parking %zu,%zu,%zu,%zu,%zu,%zu,%zu\n", offsetof(PyThreadState, state), offsetof(PyObject, ob_mutex),
+    printf("parking %ld,%zu,%zu,%zu,%zu,%zu,%zu,%zu\n",
+           (long)offsetof(struct wait_entry, addr) - (long)offsetof(struct wait_entry, sema),
+           offsetof(PyThreadState, state), offsetof(PyObject, ob_mutex),
            offsetof(PyObject, ob_type), offsetof(lockobject, lock), offsetof(PyTypeObject, tp_name),
            offsetof(_PyRuntimeState, stoptheworld.stop_event), offsetof(PyInterpreterState, stoptheworld.stop_event));
     printf("debug_positions %zu,%zu,%zu,%zu\n", offsetof(_Py_DebugOffsets, runtime_state.size),
@@ -134,7 +143,7 @@ int main(void) {
 _COMPILE = """set -e
 include=$("$0" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 out=$(mktemp)
-gcc -w -x c -I"$include" -I"$include/internal" -o "$out" -
+gcc -w $1 -x c -I"$include" -I"$include/internal" -o "$out" -
 "$out"
 rm -f "$out"
 """
@@ -143,25 +152,45 @@ FREE_THREADED = free_threaded_interpreters()
 BUILDS = [name for name in matrix_names() if not name.endswith("-container")] + sorted(FREE_THREADED)
 
 
-@pytest.mark.parametrize("name", BUILDS)
-def test_the_row_matches_the_headers(matrix_runner, name):
-    runner = FREE_THREADED.get(name) or matrix_runner(name)
-    done = subprocess.run([*runner.prefix, "sh", "-c", _COMPILE, runner.python], input=_STRUCTS_C,
+# Debian ships no free-threaded 3.14t or 3.15t (nor can they be built here): their rows are
+# what sid's 3.14 and 3.15 headers say when compiled as a free-threaded build's (untested).
+HEADERS_ONLY = ["sid-3.14-chroot", "sid-3.15-chroot"]
+
+
+def _facts(runner, cflags: str = "") -> dict[str, str]:
+    done = subprocess.run([*runner.prefix, "sh", "-c", _COMPILE, runner.python, cflags], input=_STRUCTS_C,
                           capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, f"compiling against {name}'s headers failed (python3.X-dev?):\n{done.stderr}"
-    facts = dict(line.split() for line in done.stdout.splitlines())
+    assert done.returncode == 0, f"compiling against {runner.python}'s headers failed (python3.X-dev?):\n{done.stderr}"
+    return dict(line.split() for line in done.stdout.splitlines())
+
+
+def _check(facts: dict[str, str]) -> None:
+    """The row (and, free-threaded, the GIL's and parking's) of the build ``facts`` describe."""
     version, free_threaded = (3, int(facts.pop("minor"))), facts.pop("free_threaded") == "1"
     row = pystructs.for_version(version, free_threaded)
     assert row is not None
     if free_threaded:
         assert pystructs.GIL_ENABLED_DEBUG[version] == tuple(int(p) for p in facts.pop("gil_enabled_debug").split(","))
         parking = pystructs.PARKING[version]
-        assert (parking.tstate_state, parking.ob_mutex, parking.ob_type, parking.lock_mutex, parking.tp_name,
-                parking.stw_runtime, parking.stw_interp) == tuple(int(p) for p in facts.pop("parking").split(","))
+        assert (parking.entry_addr, parking.tstate_state, parking.ob_mutex, parking.ob_type, parking.lock_mutex,
+                parking.tp_name, parking.stw_runtime, parking.stw_interp) == \
+            tuple(int(p) for p in facts.pop("parking").split(","))
         assert (pystructs.DEBUG_RUNTIME_SIZE, pystructs.DEBUG_INTERP_SIZE, pystructs.DEBUG_THREADS_HEAD,
-                pystructs.DEBUG_TSTATE_NEXT) == tuple(int(p) for p in facts.pop("debug_positions").split(","))
+                parking.debug_tstate_next) == tuple(int(p) for p in facts.pop("debug_positions").split(","))
     debug = {key[len("debug."):]: int(value) for key, value in facts.items() if key.startswith("debug.")}
     assert row.debug == debug
     for key, value in facts.items():
         if not key.startswith("debug."):
             assert getattr(row, key) == int(value), key
+
+
+@pytest.mark.parametrize("name", BUILDS)
+def test_the_row_matches_the_headers(matrix_runner, name):
+    _check(_facts(FREE_THREADED.get(name) or matrix_runner(name)))
+
+
+@pytest.mark.parametrize("name", HEADERS_ONLY)
+def test_the_untested_free_threaded_rows_match_their_headers(matrix_runner, name):
+    facts = _facts(matrix_runner(name), "-DPy_GIL_DISABLED=1")
+    assert facts["free_threaded"] == "1", facts
+    _check(facts)

@@ -1,5 +1,5 @@
-"""`otel-gil report --pid` on a free-threaded build (3.13t) running without its GIL, no
-otel_gil inside: no GIL figures (``gil_disabled``), and each thread's parked time by kind,
+"""`otel-gil report --pid` and `otel-gil top --pid` on a free-threaded build (3.13t) running without
+its GIL, no otel_gil inside: no GIL figures (``gil_disabled``), and each thread's parked time by kind,
 against the target's own timing (tests/workloads/report_parks.py): a ``threading.Lock`` held
 200 ms by another thread is the app's lock, a list held by a sort's critical section is a
 critical section on a ``list``, a ``gc.collect()`` over a large heap suspends a counting thread
@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,29 +26,36 @@ def within(measured_s: float, truth_ns: int) -> bool:
     return abs(measured_s * 1e3 - truth_ns / 1e6) <= max(0.05 * truth_ns / 1e6, 0.5)
 
 
-def report_of(runner: Runner, *options: str) -> tuple[dict | str, dict, dict, str]:
-    """(the report, JSON or text; the truth; the victims' tids; report's stderr)."""
+def run_on_target(runner: Runner, command: str, *options: str, started: str) -> tuple[str, dict, dict, str]:
+    """`otel-gil COMMAND --pid` on the workload, which starts its waits once the command's stderr
+    says ``started``: (its stdout; the truth; the victims' tids; its stderr)."""
     target = subprocess.Popen(runner.command(WORKLOAD, str(HOLD_MS)), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True, env={**os.environ, **runner.env})
     try:
         ready, tids = target.stdout.readline().split(" ", 1)
         assert ready == "ready", ready
-        report = subprocess.Popen([*CLI, "report", "--pid", str(target.pid), "--duration", "3s", *options],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
+        tool = subprocess.Popen([*CLI, command, "--pid", str(target.pid), *options],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
         progress = []
-        for line in report.stderr:
+        for line in tool.stderr:
             progress.append(line)
-            if "capturing" in line:
+            if started in line:
                 break
         os.kill(target.pid, signal.SIGUSR1)
         truth = json.loads(target.stdout.readline())
-        out, err = report.communicate(timeout=60)
-        assert report.returncode == 0, "".join(progress) + err
+        out, err = tool.communicate(timeout=60)
+        assert tool.returncode == 0, "".join(progress) + err
     finally:
         target.kill()
         target.wait()
-    return (json.loads(out) if "--json" in options else out), truth, json.loads(tids), "".join(progress) + err
+    return out, truth, json.loads(tids), "".join(progress) + err
+
+
+def report_of(runner: Runner, *options: str) -> tuple[dict | str, dict, dict, str]:
+    """(the report, JSON or text; the truth; the victims' tids; report's stderr)."""
+    out, truth, tids, progress = run_on_target(runner, "report", "--duration", "3s", *options, started="capturing")
+    return (json.loads(out) if "--json" in options else out), truth, tids, progress
 
 
 def test_report_parked_time_by_kind(free_threaded):
@@ -91,3 +99,38 @@ def test_report_with_the_gil_on_has_gil_figures(free_threaded):
     assert "take_gil found by" in progress and "gil" not in result, progress
     listed = {t["tid"]: t for t in result["threads"]}[tids["list"]]
     assert "parked_s" not in listed and within(listed["wait_s"], truth["sort_held"]), (listed, truth)
+
+
+def _seconds(text: str) -> float:
+    """A duration as report.fmt_ns writes it ("-": none)."""
+    if text == "-":
+        return 0.0
+    value, unit = re.fullmatch(r"([\d.]+)(ns|us|ms|s)", text).groups()
+    return float(value) * {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[unit]
+
+
+def test_top_shows_parked_time_by_kind_each_interval(free_threaded):
+    """`top --batch`: frames of 1 s; each victim's parked time by kind, summed over the frames
+    (a wait may straddle two), against the target's own timing; top shows 3 significant digits
+    (at most 0.5 ms off per frame for waits under 1 s)."""
+    out, truth, tids, progress = run_on_target(free_threaded, "top", "--batch", "--interval", "1s", "--count", "4",
+                                               started="attached to pid")
+    assert "_PyParkingLot_Park found by symbol" in progress, progress
+    frames = out.split("otel-gil top: pid ")[1:]
+    assert len(frames) == 4 and all("gil_disabled (a free-threaded build" in f for f in frames), out
+    kinds = ("stw", "crit sec", "app lock", "internal", "other")
+    total = {role: dict.fromkeys(kinds, 0.0) for role in ("lock", "list")}
+    named = set()
+    for frame in frames:
+        for role in total:
+            row = re.search(rf"^ +{tids[role]} (\S+) +" + " +".join([r"(\S+)"] * 5) + r" +\S+ +\d+ *(.*)$", frame, re.M)
+            if row:
+                assert row.group(1) == f"{role}-victim", row.group(0)
+                for kind, text in zip(kinds, row.groups()[1:6]):
+                    total[role][kind] += _seconds(text)
+                named |= {(role, on.split()[0]) for on in row.group(7).split(", ") if on}
+    lock, listed = total["lock"], total["list"]
+    assert within(lock["app lock"], truth["lock"]), (lock, truth, out)
+    assert lock["crit sec"] < 0.5e-3 and lock["stw"] < 0.5e-3, (lock, out)
+    assert within(listed["crit sec"], truth["list"]), (listed, truth, out)
+    assert named == {("list", "list")} and listed["app lock"] < 0.5e-3, (named, listed, out)
