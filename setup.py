@@ -68,7 +68,7 @@ setup(
         for name, sources in (
             ("_inprocess", ["_inprocess", "got_patch"]),
             ("_fastspan", ["_fastspan", "context_switches", "module_switches", "got_patch", "thread_names",
-                           "wait_ratios"]),
+                           "wait_ratios", "cpython_layouts"]),
             ("_parkcontexts", ["park_contexts"]),
         )
         if (name == "_fastspan") != free_threaded or name == "_inprocess"
