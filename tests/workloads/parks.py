@@ -144,6 +144,8 @@ def soak(tracer, seconds_ms: int) -> dict:
                 table[n % 64] = list(table)
                 with lock:
                     shared.sort()
+                    if n % 11 == 0:
+                        time.sleep(0.002)  # a hold the others surely park on (a busy machine's spins may not)
                 if n % 97 == 0:
                     gc.collect()
                 n += 8
