@@ -196,7 +196,9 @@ def build_operator_image(arch: str = "") -> str:
     that architecture's busybox (scripts/images.sh)."""
     image, args = OPERATOR_IMAGE, []
     if arch:
-        image, args = f"{OPERATOR_IMAGE}-{arch}", ["--arch", arch, "--build-arg", f"TARGETARCH={arch}",
+        # no --arch: podman 4.3 then looks for every stage's base of that architecture (pulls);
+        # the image takes its final stage's base's
+        image, args = f"{OPERATOR_IMAGE}-{arch}", ["--build-arg", f"TARGETARCH={arch}",
                                                    "--build-arg", f"BUSYBOX={BUSYBOXES[arch]}"]
     run(ENGINE, "build", "-q", *args, "-f", str(ROOT / "deploy/kubernetes/autoinstrumentation-python/Dockerfile"),
         "-t", image, str(ROOT))
