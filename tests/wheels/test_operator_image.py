@@ -61,7 +61,7 @@ def extract_tree(image: str, dest: Path) -> Path:
     try:
         export = subprocess.Popen([kube.ENGINE, "export", container], stdout=subprocess.PIPE)
         with tarfile.open(fileobj=export.stdout, mode="r|") as tar:
-            tar.extractall(dest, filter=lambda m, _: m if m.name.startswith("autoinstrumentation/") else None)
+            tar.extractall(dest, filter=lambda m, _: m if m.name.removeprefix("./").startswith("autoinstrumentation/") else None)
         assert export.wait() == 0
     finally:
         kube.run(kube.ENGINE, "rm", container, check=False)
@@ -94,7 +94,8 @@ def arm64_tree(tmp_path_factory) -> Path:
 def test_arm64_tree_is_aarch64(arm64_tree):
     """Every C extension of the arm64 image's tree is an aarch64 ELF, otel-gil's for each CPython."""
     sos = list(arm64_tree.rglob("*.so"))
-    assert sos and {p.name: elf_machine(p) for p in sos} == {p.name: EM_AARCH64 for p in sos}
+    assert sos and {str(p.relative_to(arm64_tree)): elf_machine(p) for p in sos} == \
+        {str(p.relative_to(arm64_tree)): EM_AARCH64 for p in sos}
     for version in ("310", "311", "312", "313", "313t", "314", "315"):
         assert (arm64_tree / "otel_gil" / f"_inprocess.cpython-{version}-aarch64-linux-gnu.so").exists(), version
 
