@@ -22,6 +22,7 @@ import wheels  # noqa: E402
 
 ARM64_PYTHONS = ("3.13", "3.14", "3.15")  # scripts/rootfs.sh's sid-arm64
 EM_AARCH64 = 183  # ELF e_machine
+TREE = "autoinstrumentation/"  # the glibc tree in the image
 MOUNT = "/mnt"  # where the tree is bound in a Debian tree (a mount namespace of its own: the cache is not written)
 PYTHONPATH = f"{MOUNT}/opentelemetry/instrumentation/auto_instrumentation:{MOUNT}"
 # Each C extension of the tree that this interpreter picks (its own EXT_SUFFIX first, then abi3),
@@ -61,11 +62,11 @@ def extract_tree(image: str, dest: Path) -> Path:
     try:
         export = subprocess.Popen([kube.ENGINE, "export", container], stdout=subprocess.PIPE)
         with tarfile.open(fileobj=export.stdout, mode="r|") as tar:
-            tar.extractall(dest, filter=lambda m, _: m if m.name.removeprefix("./").startswith("autoinstrumentation/") else None)
+            tar.extractall(dest, filter=lambda m, _: m if m.name.removeprefix("./").startswith(TREE) else None)
         assert export.wait() == 0
     finally:
         kube.run(kube.ENGINE, "rm", container, check=False)
-    return dest / "autoinstrumentation"
+    return dest / TREE
 
 
 def in_tree(rootfs: Path, tree: Path, *argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
