@@ -263,7 +263,8 @@ def test_free_threaded_app_serves_and_its_spans_say_gil_disabled(apps):
     assert [kube.get(f"{url}/blocked") for _ in range(KNOWN_WAITS)] == [200] * KNOWN_WAITS
     spans = [s for s in kube.stack.wait_for_spans(name, operation, KNOWN_WAITS, timeout=60, since_us=since, base=apps)
              if s["operationName"] == operation and s["tags"].get("span.kind") == "server"]
-    assert len(spans) == KNOWN_WAITS, cluster.kubectl("-n", APPS_NAMESPACE, "logs", pod["metadata"]["name"], "-c", "app")
+    log = cluster.kubectl("-n", APPS_NAMESPACE, "logs", pod["metadata"]["name"], "-c", "app")
+    assert len(spans) == KNOWN_WAITS, log
     for span in spans:
         assert span["tags"]["gil.status"] == "gil_disabled", span["tags"]
         assert not {"gil.wait_ms", "gil.hold_ms"} & span["tags"].keys(), span["tags"]

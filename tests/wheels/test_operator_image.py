@@ -72,7 +72,8 @@ def extract_tree(image: str, dest: Path) -> Path:
 def in_tree(rootfs: Path, tree: Path, *argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """``argv`` chrooted in ``rootfs`` as nobody, ``tree`` bound at MOUNT, a clean environment."""
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", **(env or {})}
-    script = 'mount --bind "$1" "$0/mnt" && mount -t proc proc "$0/proc" && shift && exec chroot --userspec=65534:65534 "$0" "$@"'
+    script = ('mount --bind "$1" "$0/mnt" && mount -t proc proc "$0/proc" && shift'
+              ' && exec chroot --userspec=65534:65534 "$0" "$@"')
     return subprocess.run(["unshare", "--mount", "--fork", "sh", "-c", script, str(rootfs), str(tree), "env", "-i",
                            *(f"{k}={v}" for k, v in env.items()), *argv], capture_output=True, text=True, timeout=900)
 
@@ -140,7 +141,8 @@ def test_free_threaded_app_with_the_tree_says_gil_disabled(amd64_tree):
     segfault), its span says gil_disabled and carries no GIL figure."""
     python = wheels.host_python("3.13t")
     done = subprocess.run([str(python), "-c", SPAN], capture_output=True, text=True, timeout=300,
-                          env={"PATH": "/usr/bin:/bin", **OTEL_ENV, "PYTHONPATH": PYTHONPATH.replace(MOUNT, str(amd64_tree))})
+                          env={"PATH": "/usr/bin:/bin", **OTEL_ENV,
+                               "PYTHONPATH": PYTHONPATH.replace(MOUNT, str(amd64_tree))})
     assert done.returncode == 0, done.stderr[-3000:]
     attributes = json.loads(done.stdout)
     assert attributes.get("gil.status") == "gil_disabled", (attributes, done.stderr[-3000:])
@@ -157,5 +159,5 @@ def test_python_the_tree_lacks_runs_uninstrumented(amd64_tree):
                    env={**OTEL_ENV, "PYTHONPATH": PYTHONPATH})
     assert json.loads(done.stdout) == [], done.stdout
     assert "No module named 'opentelemetry'" in done.stderr, done.stderr
-    assert done.stderr.startswith("otel-gil: CPython 3.9 is older than the instrumentation tree's 3.10: not instrumented\n"), \
-        done.stderr
+    said = "otel-gil: CPython 3.9 is older than the instrumentation tree's 3.10: not instrumented\n"
+    assert done.stderr.startswith(said), done.stderr
