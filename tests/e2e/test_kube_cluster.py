@@ -4,8 +4,7 @@ runs on the node with an address on the Pods' bridge; the OpenTelemetry Operator
 (scripts/kube_operator.py, its own CRDs, RBAC and webhooks) mutates a plain Deployment's Pod
 annotated as the README says; the example apps as plain Deployments so annotated, in a namespace
 enforcing PodSecurity restricted, serve from the Pods the controllers and the webhook make, export
-to Jaeger in the cluster and wait out a known hold, and on a free-threaded CPython and on 3.9 serve
-and say why they have no figures; and down leaves no process, mount, veth,
+to Jaeger in the cluster and wait out a known hold; and down leaves no process, mount, veth,
 bridge, cgroup or iptables chain behind. Started once for the module, down at its end also when a
 test failed."""
 
@@ -34,8 +33,6 @@ JAEGER_IMAGE = "docker.io/jaegertracing/jaeger:2.13.0"  # scripts/images.sh's
 # The example apps as plain Deployments of images with no OpenTelemetry (examples/kube/Dockerfile):
 # each framework once, on two CPythons.
 APPS = [("flask", "3.11"), ("fastapi", "3.13"), ("django", "3.13")]
-# Flask on CPythons the tree has no figures for (kube.NO_FIGURES_BASES): free-threaded, and older than its SDK.
-NO_FIGURES = [("flask", python) for python in kube.NO_FIGURES_BASES]
 APP_PORT = 8000  # in each Pod's own network namespace
 RESTRICTED = {"runAsNonRoot": True, "runAsUser": 10001, "allowPrivilegeEscalation": False,
               "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
@@ -191,8 +188,8 @@ def apps(instrumented_namespace):
     then the apps' Deployments rolled out: Jaeger's API base URL (the node reaches the Pods' range)."""
     started = time.monotonic()
     try:
-        kube.build_app_images({**kube.APP_BASES, **kube.NO_FIGURES_BASES})
-        for image in (JAEGER_IMAGE, PYTHON_IMAGE, *{kube.app_image(python) for _, python in APPS + NO_FIGURES}):
+        kube.build_app_images()
+        for image in (JAEGER_IMAGE, PYTHON_IMAGE, *{kube.app_image(python) for _, python in APPS}):
             cluster.load(image)
     except (cluster.ClusterError, kube.KubeError) as exc:
         pytest.fail(str(exc))
@@ -208,8 +205,8 @@ def apps(instrumented_namespace):
                 "--namespace", APPS_NAMESPACE, "--reuse-values", "--set", f"instrumentation.endpoint=http://{ip}:4318",
                 "--set", "instrumentation.metricsExporter=none", "--set", "instrumentation.logsExporter=none",
                 timeout=120)
-    apply(*(app_deployment(app, python) for app, python in APPS + NO_FIGURES))
-    for app, python in APPS + NO_FIGURES:
+    apply(*(app_deployment(app, python) for app, python in APPS))
+    for app, python in APPS:
         name = app_name(app, python)
         try:
             cluster.kubectl("-n", APPS_NAMESPACE, "rollout", "status", f"deployment/{name}", "--timeout=180s",
@@ -250,37 +247,6 @@ def test_injected_deployment_spans_carry_figures_against_truth(apps, app, python
     assert volume["emptyDir"]["sizeLimit"] == "200Mi" and size < TREE_LIMIT, (volume, size)
     print(f"{name}: /blocked waits {[s['tags']['gil.wait_ms'] for s in spans]} ms, holds {truths} ms; "
           f"tree {size / 2**20:.1f} MiB of the 200Mi emptyDir")
-
-
-def test_free_threaded_app_serves_and_its_spans_say_gil_disabled(apps):
-    """Flask on a free-threaded CPython (3.13t), its Deployment injected as the others: it serves
-    (the tree's .abi3.so crashed it at start); its /blocked spans, read from Jaeger, say
-    gil_disabled and carry no GIL figure."""
-    name = app_name(*NO_FIGURES[0])
-    pod = pod_of(name, APPS_NAMESPACE)
-    url, operation = f"http://{pod['status']['podIP']}:{APP_PORT}", "GET /blocked"
-    since = time.time_ns() // 1000
-    assert [kube.get(f"{url}/blocked") for _ in range(KNOWN_WAITS)] == [200] * KNOWN_WAITS
-    spans = [s for s in kube.stack.wait_for_spans(name, operation, KNOWN_WAITS, timeout=60, since_us=since, base=apps)
-             if s["operationName"] == operation and s["tags"].get("span.kind") == "server"]
-    log = cluster.kubectl("-n", APPS_NAMESPACE, "logs", pod["metadata"]["name"], "-c", "app")
-    assert len(spans) == KNOWN_WAITS, log
-    for span in spans:
-        assert span["tags"]["gil.status"] == "gil_disabled", span["tags"]
-        assert not {"gil.wait_ms", "gil.hold_ms"} & span["tags"].keys(), span["tags"]
-
-
-def test_app_older_than_the_tree_serves_uninstrumented(apps):
-    """Flask on CPython 3.9 (the tree's SDK requires 3.10), injected as the others: it serves; the
-    tree took itself off its path and said so (its log), and it sent no span (none could say why)."""
-    name = app_name(*NO_FIGURES[1])
-    pod = pod_of(name, APPS_NAMESPACE)
-    assert [kube.get(f"http://{pod['status']['podIP']}:{APP_PORT}/blocked") for _ in range(3)] == [200] * 3
-    log = cluster.kubectl("-n", APPS_NAMESPACE, "logs", pod["metadata"]["name"], "-c", "app")
-    assert "otel-gil: CPython 3.9 is older than the instrumentation tree's 3.10: not instrumented" in log, log
-    time.sleep(2)  # the others export within OTEL_BSP_SCHEDULE_DELAY (1 s)
-    services = json.loads(kube.get_text(f"{apps}/api/services"))["data"] or []
-    assert name not in services and app_name(*NO_FIGURES[0]) in services, services
 
 
 def test_down_leaves_nothing(node):
