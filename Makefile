@@ -13,7 +13,7 @@ PY := $(VENV)/bin/python
 SDK_MIN := opentelemetry-api==1.30.0 opentelemetry-sdk==1.30.0 opentelemetry-instrumentation==0.51b0
 
 .PHONY: host venv matrix rootfs tools wheels images demo compose compose-scale compose-down test test-sdk-min bench soak clean \
-	operator-image kube-demo kube-down kube-cluster kube-cluster-down kube-load manifests
+	operator-image operator-image-arm64 kube-demo kube-down kube-cluster kube-cluster-down kube-load manifests
 
 host:
 	$(SUDO) scripts/setup-host.sh
@@ -84,6 +84,10 @@ OPERATOR_IMAGE := otel-gil/autoinstrumentation-python:$(shell sed -n 's/^__versi
 operator-image: images wheels
 	$(SUDO) $$($(SUDO) scripts/engine.sh name) build -q -f deploy/kubernetes/autoinstrumentation-python/Dockerfile \
 		-t $(OPERATOR_IMAGE) . >/dev/null
+
+# The same for arm64 ($(OPERATOR_IMAGE)-arm64): its tree of the aarch64 wheels, on arm64 busybox.
+operator-image-arm64: images wheels
+	$(SUDO) $(PY) -c 'import sys; sys.path.insert(0, "scripts"); import kube; kube.build_operator_image("arm64")'
 
 # That image's init container in app Pods (Flask, FastAPI, Django; CPython 3.11 and 3.13) as the
 # Operator's webhook writes them, run by podman kube play (scripts/kube.py): their slowest spans

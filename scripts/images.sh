@@ -2,6 +2,7 @@
 # The base images of docker-compose.yml and of its Dockerfiles: pulled where a registry answers,
 # else built here under the same name from the same sources (images/*/Dockerfile says how each is):
 #   debian:bookworm-slim                          debootstrap (minbase) from Debian's mirror, slimmed as Debian's image
+#   amd64/busybox:1.35.0, arm64v8/busybox:1.35.0  Debian's busybox-static of that architecture, its applets linked in /bin
 #   python:3.11-slim-bookworm                     images/python: CPython into /usr/local, as the official image
 #   jaegertracing/jaeger:2.13.0                   images/jaeger: scripts/jaeger.sh's binary and its UI (jaeger.sh ui)
 #   prom/prometheus:v3.7.3                        images/prometheus: scripts/prometheus.sh's binaries
@@ -66,6 +67,31 @@ from_tree() {  # IMAGE HASH: debian_tree, imported as IMAGE with the official im
         | "$engine" import --change "ENV PATH=$official_path" --change 'CMD ["bash"]' --change "LABEL $label=$2" - "$1" >/dev/null
 }
 
+from_busybox() {  # IMAGE HASH: the official busybox image of IMAGE's architecture, of bookworm's busybox-static
+    local arch=${1#*.io/} apt=$work/apt tree=$work/busybox applet variant=()
+    rm -rf "$apt" "$tree"
+    arch=${arch%%/*}; arch=${arch%v8}  # amd64, arm64 (the official per-architecture repositories' names)
+    mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$tree/bin" "$tree/etc" "$tree/tmp" "$tree/root"
+    echo "deb [arch=$arch] $mirror bookworm main" >"$apt/sources.list"
+    # apt of this host on a private list: the package verified against Debian's archive key, the host's state untouched
+    local opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o Dir::Etc::SourceParts=/nonexistent -o "Dir::Cache=$apt"
+                -o "Dir::State::Lists=$apt/lists" -o Dir::State::Status=/dev/null -o "APT::Architecture=$arch"
+                -o "APT::Architectures=$arch" -q)
+    apt-get "${opts[@]}" update >"$work/apt.log" 2>&1 && (cd "$apt" && apt-get "${opts[@]}" download "busybox-static:$arch") \
+        >>"$work/apt.log" 2>&1 || { cat "$work/apt.log" >&2; echo "images.sh: busybox-static:$arch not fetched (see above)" >&2; exit 1; }
+    dpkg-deb -x "$apt"/busybox-static_*.deb "$apt/deb"
+    cp "$apt/deb/bin/busybox" "$tree/bin/"
+    for applet in $("$tree/bin/busybox" --list); do  # arm64's under qemu-user-static (scripts/rootfs.sh registers it)
+        [ -e "$tree/bin/$applet" ] || ln -s busybox "$tree/bin/$applet"
+    done
+    printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n' >"$tree/etc/passwd"
+    printf 'root:x:0:\nnobody:x:65534:\n' >"$tree/etc/group"
+    chmod 1777 "$tree/tmp"
+    [ "$arch" = amd64 ] || variant=(--variant v8)  # the variant an engine matches --platform linux/arm64 against
+    tar -C "$tree" --numeric-owner -c . | "$engine" import -q --arch "$arch" "${variant[@]}" --change 'CMD ["sh"]' \
+        --change "LABEL $label=$2" - "$1" >/dev/null
+}
+
 from_context() {  # IMAGE HASH: docker build of $work/context
     "$engine" build -q --label "$label=$2" -t "$1" "$work/context" >/dev/null
 }
@@ -128,7 +154,9 @@ base_of() {  # IMAGE: the image its Dockerfile starts from
 }
 
 recipe() {  # IMAGE: the hash of all that makes it
-    if [ "$(dir_of "$1")" = "" ]; then
+    if [[ $1 == */busybox:* ]]; then
+        { declare -f from_busybox; echo "$1 $mirror"; } | sha256sum | cut -c1-12
+    elif [ "$(dir_of "$1")" = "" ]; then
         { declare -f debian_tree from_tree; echo "$mirror"; cat /etc/ssl/certs/ca-certificates.crt; } | sha256sum | cut -c1-12
     else
         context "$1"
@@ -152,7 +180,10 @@ ensure() {  # IMAGE: in the engine, pulled or built by this recipe
     [ "$have" != "$hash" ] || return 0
     if [ ! -f "$archive" ]; then
         echo "images.sh: $image cannot be pulled: building it here (recipe $hash)..." >&2
-        if [ "$(dir_of "$image")" = "" ]; then from_tree "$image" "$hash"; else from_context "$image" "$hash"; fi
+        case $image in
+            */busybox:*) from_busybox "$image" "$hash" ;;
+            *) if [ "$(dir_of "$image")" = "" ]; then from_tree "$image" "$hash"; else from_context "$image" "$hash"; fi ;;
+        esac
         "$engine" save -o "$archive.tmp" "$image" >/dev/null
         mv "$archive.tmp" "$archive"  # atomic: an interrupted save never leaves half an archive
         echo "images.sh: built $image in $((SECONDS - start)) s" >&2
@@ -167,6 +198,7 @@ exec 9>"$cache/.lock"
 flock 9  # one build at a time; whoever waited finds the images there
 # Bases first: each image's recipe includes its base's id.
 for image in docker.io/library/debian:bookworm-slim docker.io/library/python:3.11-slim-bookworm \
+             docker.io/amd64/busybox:1.35.0 docker.io/arm64v8/busybox:1.35.0 \
              docker.io/jaegertracing/jaeger:2.13.0 docker.io/prom/prometheus:v3.7.3 \
              docker.io/otel/opentelemetry-collector-contrib:0.140.1; do
     ensure "$image"

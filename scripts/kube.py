@@ -34,6 +34,7 @@ ENGINE = "podman"  # kube play is podman's (Docker has none)
 VERSION = next(line.split('"')[1] for line in (ROOT / "otel_gil" / "version.py").read_text().splitlines()
                if line.startswith("__version__"))
 OPERATOR_IMAGE = f"localhost/otel-gil/autoinstrumentation-python:{VERSION}"
+BUSYBOXES = {"amd64": "docker.io/amd64/busybox:1.35.0", "arm64": "docker.io/arm64v8/busybox:1.35.0"}  # images.sh's
 SID_SLIM = "sid-slim"  # scripts/rootfs.sh's tree with Debian's python3.13
 # The app images: CPython version -> (base image, the interpreter in it).
 APP_BASES = {"3.11": ("docker.io/library/python:3.11-slim-bookworm", "python3"), "3.13": (None, "python3.13")}
@@ -184,10 +185,24 @@ def build_images() -> None:
     """The Operator image (make operator-image's recipe) and the app images, by the engine's build
     cache: a rebuild only where a recipe or what it copies changed. Needs the base images
     (scripts/images.sh) and dist/'s wheels (make wheels)."""
-    run(ENGINE, "build", "-q", "-f", str(ROOT / "deploy/kubernetes/autoinstrumentation-python/Dockerfile"),
-        "-t", OPERATOR_IMAGE, str(ROOT))
+    build_operator_image()
     run(ENGINE, "build", "-q", "-f", str(ROOT / "collector/Dockerfile"), "-t", COLLECTOR_IMAGE, str(ROOT))
     build_app_images()
+
+
+def build_operator_image(arch: str = "") -> str:
+    """make operator-image's (the build host's architecture), or for ``arch`` (arm64): its tag. The
+    build stage runs here whatever ``arch`` (pip fetches the target's wheels), the final stage is
+    that architecture's busybox (scripts/images.sh)."""
+    image, args = OPERATOR_IMAGE, []
+    if arch:
+        # no --arch: podman 4.3 then looks for every stage's base of that architecture (pulls);
+        # the image takes its final stage's base's
+        image, args = f"{OPERATOR_IMAGE}-{arch}", ["--build-arg", f"TARGETARCH={arch}",
+                                                   "--build-arg", f"BUSYBOX={BUSYBOXES[arch]}"]
+    run(ENGINE, "build", "-q", *args, "-f", str(ROOT / "deploy/kubernetes/autoinstrumentation-python/Dockerfile"),
+        "-t", image, str(ROOT))
+    return image
 
 
 def build_app_images() -> None:

@@ -94,13 +94,15 @@ def base(dockerfile: Path) -> str:
 
 
 def test_every_base_image_is_pinned_to_what_images_sh_builds(config):
-    """The images the stack pulls and those its Dockerfiles start from are exactly the ones
-    scripts/images.sh pulls or builds, at the versions of the Go modules built here."""
+    """The images the stack pulls and those its Dockerfiles (and the Operator image's) start from
+    are exactly the ones scripts/images.sh pulls or builds, at the versions of the Go modules built here."""
     built = set(re.findall(r"docker\.io/[^\s;]+", (ROOT / "scripts" / "images.sh").read_text().split("\nflock 9")[1]))
     ours = {s["image"] for s in config["services"].values() if s.get("build")}
     used = {qualified(s["image"]) for s in config["services"].values() if s["image"] not in ours}
     used |= {base(ROOT / s["build"]["dockerfile"]) for s in config["services"].values() if s.get("build")}
     local_bases = {base(dockerfile) for dockerfile in (ROOT / "images").glob("*/Dockerfile")}
+    # the Operator image's final stages, one per architecture (scripts/kube.py builds it)
+    used |= set(re.findall(r"docker\.io/\w+/busybox:[\w.]+", (ROOT / "scripts" / "kube.py").read_text()))
     assert built == used | local_bases, (built, used, local_bases)
     jaeger = re.search(r"^version=v1\.(\d+)\.(\d+)", (ROOT / "scripts" / "jaeger.sh").read_text(), re.M)
     assert f"docker.io/jaegertracing/jaeger:2.{int(jaeger[1]) - 63}.{jaeger[2]}" in used  # Jaeger v2.N is module v1.(63+N)

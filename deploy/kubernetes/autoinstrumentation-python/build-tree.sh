@@ -2,14 +2,19 @@
 # The trees of otel-gil/autoinstrumentation-python (its Dockerfile runs this in the build stage):
 #   build-tree.sh glibc|musl REQUIREMENTS DIR   REQUIREMENTS' wheels for every CPython in VERSIONS,
 #       into one `pip install --target` tree: resolved once for the oldest, the others held to
-#       those versions, so each package is there once, with a C extension per version beside it
+#       those versions, so each package is there once, with a C extension per version beside it;
+#       sitecustomize.py beside this script in place of OpenTelemetry's (free-threaded CPythons)
 #   build-tree.sh otel-gil DIST DIR              otel-gil's manylinux wheels of DIST (one per CPython and ABI) into DIR
 #   build-tree.sh otel-gil-pure DIST DIR         otel-gil's Python code alone into DIR (no C parts)
 set -euo pipefail
 export PIP_ROOT_USER_ACTION=ignore
 
 VERSIONS="3.10 3.11 3.12 3.13 3.14 3.15"  # what opentelemetry-sdk 1.44 supports (Requires-Python >=3.10)
-arch=$(uname -m)
+case ${TREE_ARCH:-$(uname -m)} in  # the target's (the Dockerfile's TARGETARCH), else this machine's
+    amd64|x86_64) arch=x86_64 ;;
+    arm64|aarch64) arch=aarch64 ;;
+    *) echo "build-tree.sh: no wheels for the architecture ${TREE_ARCH:-$(uname -m)}" >&2; exit 2 ;;
+esac
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -41,7 +46,8 @@ case ${1:-} in
             merge "$work/$version" "$tree"
         done
         twice=$(ls -d "$tree"/*.dist-info | sed 's,.*/,,; s/-[^-]*\.dist-info$//' | sort | uniq -d)
-        [ -z "$twice" ] || { echo "build-tree.sh: two versions of $twice in $tree" >&2; exit 1; } ;;
+        [ -z "$twice" ] || { echo "build-tree.sh: two versions of $twice in $tree" >&2; exit 1; }
+        cp "$(dirname "$0")/sitecustomize.py" "$tree/opentelemetry/instrumentation/auto_instrumentation/" ;;
     otel-gil)
         shopt -s nullglob
         wheels=("$2"/otel_gil-*-cp3*-manylinux*_"$arch".*whl)
