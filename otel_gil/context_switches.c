@@ -313,9 +313,19 @@ static void check_unseen(Charges *tc)
 	Py_XDECREF(there);
 }
 
-/* A switch seen by a hook: charge what ran, then whose code runs in the context now current. */
+/* A switch seen by a hook: charge what ran, then whose code runs in the context now current.
+ * Where that is the code that ran (the same span's, or no span's), nothing is charged or
+ * logged: the next charge point charges the whole stretch to it, as these would have. */
 static void switched(Charges *tc, Start *next /* stolen; NULL: look it up */, int look_up)
 {
+	if (look_up)
+		next = current_start(tc);
+	tc->switches++;
+	if (next == tc->running && tc->log != NULL) {
+		Py_XDECREF(next);
+		believe(tc);
+		return;
+	}
 	struct counters c;
 	uint64_t now = 0;
 	if (counters_now(tc, &c, &now) == 1)
@@ -324,8 +334,7 @@ static void switched(Charges *tc, Start *next /* stolen; NULL: look it up */, in
 		now = clock_ns(CLOCK_MONOTONIC);
 	if (tc->log == NULL && (tc->log = PyMem_Calloc(LOG_LEN, sizeof(struct switch_entry))) == NULL)
 		PyErr_Clear(); /* no blame by request on this thread, figures unaffected */
-	run(tc, look_up ? current_start(tc) : next, now);
-	tc->switches++;
+	run(tc, next, now);
 	believe(tc);
 }
 
