@@ -39,7 +39,7 @@ compose: host wheels
 compose-scale: host wheels
 	$(SUDO) $(PYTHON) scripts/compose.py up --scale
 
-# Those base images alone, for the tests (Python from source is the long one: about 20 minutes).
+# Those base images alone, for the tests (Python from source is the long one: 6 CPU minutes).
 images: host
 	$(SUDO) scripts/images.sh $$($(SUDO) scripts/engine.sh name)
 

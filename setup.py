@@ -5,6 +5,9 @@
 - ``otel_gil._fastspan``: the span hooks in C. Without them otel_gil uses the same
   hooks in Python, which cost more per span. Not built on free-threaded builds: it needs
   the GIL, and importing it there would turn the GIL on for the whole process.
+- ``otel_gil._parkcontexts``: free-threaded builds only (``Py_MOD_GIL_NOT_USED``, per-thread
+  state): the context-switch charge points of parked time, so that a span on an event loop
+  or a greenlet carries its own code's parks. Without it such spans carry none.
 
 The dependencies depend on the build: OpenTelemetry's OTLP exporter, gRPC and HTTP; on
 free-threaded builds, for which no grpcio release has a wheel (pip would compile it for tens
@@ -65,8 +68,9 @@ setup(
         for name, sources in (
             ("_inprocess", ["_inprocess", "got_patch"]),
             ("_fastspan", ["_fastspan", "context_switches", "module_switches", "got_patch", "thread_names",
-                           "wait_ratios"]),
+                           "wait_ratios", "cpython_layouts"]),
+            ("_parkcontexts", ["park_contexts"]),
         )
-        if not (free_threaded and name == "_fastspan")
+        if (name == "_fastspan") != free_threaded or name == "_inprocess"
     ]
 )

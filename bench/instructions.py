@@ -1,7 +1,7 @@
 """User-space instructions otel-gil adds per span and per GIL hand-off: a measure the machine's
 load does not move (time does), for targets and for a CI guard.
 
-    .venv/bin/python bench/instructions.py [--baseline CHECKOUT] [--spans 1000] [--pairs 5000] [--repeats 1]
+    .venv/bin/python bench/instructions.py [--baseline CHECKOUT] [--spans 1000] [--long-spans 100] [--pairs 5000] [--repeats 1]
     .venv/bin/python bench/instructions.py --check   # valgrind, against bench/instructions.json: > 10 % more fails
     .venv/bin/python bench/instructions.py --record  # rewrite bench/instructions.json
 
@@ -11,7 +11,9 @@ Each figure is the difference between two runs of one process, N and N + --spans
 Counted by ``perf stat -e instructions:u`` where the CPU's counters are there, else by
 valgrind (cachegrind, no cache simulation): its count is exact, so a few thousand spans do.
 Spans are calm (no long wait: its threshold is set past any span, as valgrind's slowness
-would otherwise make one). The median of --repeats. Writes the section "instructions" of
+would otherwise make one), or (--long-spans) each waits 4 ms for the GIL a thread named
+"blocker" holds through a ctypes.PyDLL call, past the 1 ms long wait: the figure is per span
+that names it (at least half of them must, or the run fails). The median of --repeats. Writes the section "instructions" of
 bench/RESULTS.md (with --baseline: "instructions against a baseline").
 """
 
@@ -24,17 +26,18 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 import results  # noqa: E402
 
-SPANS = r"""
+TRACER = r"""
 import sys
 from opentelemetry.sdk.trace import TracerProvider
 from otel_gil.inprocess import InProcess
 from otel_gil.spans import GilSpanProcessor, hook_provider
-registration = InProcess(long_wait_ns=10**12)
+registration = InProcess(long_wait_ns=LONG_WAIT_NS)
 registration.start()
 provider = TracerProvider()
 if sys.argv[2] == "1":
@@ -42,8 +45,38 @@ if sys.argv[2] == "1":
     assert hook._hooks is not None, "otel_gil._fastspan is not built: pip install -e ."
     hook_provider(provider, hook)
 tracer = provider.get_tracer("bench")
+"""
+SPANS = TRACER.replace("LONG_WAIT_NS", "10**12") + r"""
 for _ in range(int(sys.argv[1])):
     tracer.start_span("op").end()
+"""
+LONG_WAITS = TRACER.replace("LONG_WAIT_NS", "1_000_000") + r"""
+import ctypes, threading
+if sys.argv[2] == "1":
+    from otel_gil import threads
+    threads.watch_starts()  # as GilInstrumentor does: the blocker's name without reading /proc
+usleep = ctypes.PyDLL(None).usleep  # holds the GIL through the call
+go, entered = threading.Lock(), threading.Lock()
+go.acquire()
+entered.acquire()
+
+
+def hold():
+    while True:
+        go.acquire()
+        entered.release()
+        usleep(4000)  # this thread holds the GIL 4 ms meanwhile
+
+
+threading.Thread(target=hold, name="blocker", daemon=True).start()
+named = 0
+for _ in range(int(sys.argv[1])):
+    span = tracer.start_span("op")
+    go.release()
+    entered.acquire()  # the blocker took the GIL: this thread waits for it 4 ms
+    span.end()
+    named += span.attributes.get("gil.top_blocker.thread.name") == "blocker"
+print(f"named {named}", file=sys.stderr)
 """
 HANDOFFS = r"""
 import os, sys
@@ -86,9 +119,13 @@ async def main():
 asyncio.run(main())
 """
 WARM = 500  # the shorter run's count
+LONG_WARM = 20  # the shorter run's count of spans with a long wait (4 ms each)
+NAMED = 0.5  # share of the spans with a long wait that must name their blocker (under load, the OS runs the span's
+# thread after the blocker's hold now and then: no wait then)
+LONG = "span with a long wait, blocker named"
 BUDGET = ROOT / "bench" / "instructions.json"  # the figures --check holds a change to (valgrind's, this Python)
 SLACK = 1.10  # --check: a change adding more than 10 % fails
-TARGETS = {"span (C hooks)": 3000, "hand-off (in-process)": 300}
+TARGETS = {"span (C hooks)": 3000, LONG: 5000, "hand-off (in-process)": 300}
 
 
 def counter(tool: str) -> list[str]:
@@ -107,28 +144,36 @@ def _perf_counts() -> bool:
     return done.returncode == 0 and "<not" not in done.stderr
 
 
-def instructions(prefix: list[str], code: str, n: int, on: bool, checkout: Path, *extra: str) -> int:
+def instructions(prefix: list[str], code: str, n: int, on: bool, checkout: Path, *extra: str) -> tuple[int, Optional[int]]:
+    """The process's instructions, and how many of its spans named their blocker (LONG_WAITS; else None)."""
     where = results.python_in(checkout)
     env = {**where["env"], "PYTHONHASHSEED": "0", "PYTHONPATH": f"{where['env']['PYTHONPATH']}:{ROOT / 'bench'}"}
     done = subprocess.run([*prefix, sys.executable, "-c", code, str(n), "1" if on else "0", *extra], capture_output=True,
                           text=True, cwd=where["cwd"], env=env, check=True)
+    named = [int(row.split()[1]) for row in done.stderr.splitlines() if row.startswith("named ")]
     if prefix[0] == "perf":
         (line,) = [row for row in done.stderr.splitlines() if "instructions" in row]
-        return int(line.split(",")[0])
+        return int(line.split(",")[0]), (named or [None])[0]
     (line,) = [row for row in done.stderr.splitlines() if "I   refs:" in row or "I    refs:" in row]
-    return int(line.split(":")[1].replace(",", ""))
+    return int(line.split(":")[1].replace(",", "")), (named or [None])[0]
 
 
 def per_unit(prefix: list[str], code: str, n: int, checkout: Path, warm: int = WARM, *extra: str) -> dict[bool, float]:
     """Instructions per unit of ``code``'s loop, without otel-gil and with it."""
-    return {on: (instructions(prefix, code, warm + n, on, checkout, *extra) -
-                 instructions(prefix, code, warm, on, checkout, *extra)) / n for on in (False, True)}
+    return {on: (instructions(prefix, code, warm + n, on, checkout, *extra)[0] -
+                 instructions(prefix, code, warm, on, checkout, *extra)[0]) / n for on in (False, True)}
 
 
-def added(prefix: list[str], code: str, n: int, checkout: Path) -> float:
-    """Instructions otel-gil adds per unit of ``code``'s loop."""
-    per = per_unit(prefix, code, n, checkout)
-    return per[True] - per[False]
+def added(prefix: list[str], code: str, n: int, checkout: Path, warm: int = WARM) -> float:
+    """Instructions otel-gil adds per unit of ``code``'s loop; LONG_WAITS': per span that named its
+    blocker (the others, a few, cost a calm span's: their share of the figure is under 1 %)."""
+    runs = {(on, count): instructions(prefix, code, count, on, checkout) for on in (False, True) for count in (warm, warm + n)}
+    diff = {on: runs[on, warm + n][0] - runs[on, warm][0] for on in (False, True)}
+    named = runs[True, warm + n][1]
+    units = n if named is None else named - runs[True, warm][1]
+    if units < NAMED * n:
+        raise SystemExit(f"instructions.py: {units} of {n} spans had a long wait with their blocker named")
+    return (diff[True] - diff[False]) / units
 
 
 def requests(prefix: list[str], n: int) -> list[str]:
@@ -142,15 +187,17 @@ def requests(prefix: list[str], n: int) -> list[str]:
     return rows
 
 
-def measure(prefix: list[str], checkout: Path, spans: int, pairs: int, repeats: int) -> dict[str, list[float]]:
-    return {what: [added(prefix, code, n, checkout) / unit for _ in range(repeats)]
-            for what, code, n, unit in (("span (C hooks)", SPANS, spans, 1), ("hand-off (in-process)", HANDOFFS, pairs, 2))}
+def measure(prefix: list[str], checkout: Path, spans: int, pairs: int, repeats: int, long_spans: int) -> dict[str, list[float]]:
+    runs = (("span (C hooks)", SPANS, spans, 1, WARM), (LONG, LONG_WAITS, long_spans, 1, LONG_WARM),
+            ("hand-off (in-process)", HANDOFFS, pairs, 2, WARM))
+    return {what: [added(prefix, code, n, checkout, warm) / unit for _ in range(repeats)]
+            for what, code, n, unit, warm in runs}
 
 
-def check(prefix: list[str], spans: int, pairs: int) -> list[str]:
+def check(prefix: list[str], spans: int, pairs: int, long_spans: int) -> list[str]:
     """What this checkout adds beyond bench/instructions.json's figures by more than SLACK."""
     budget = json.loads(BUDGET.read_text())
-    now = {what: statistics.median(v) for what, v in measure(prefix, ROOT, spans, pairs, 1).items()}
+    now = {what: statistics.median(v) for what, v in measure(prefix, ROOT, spans, pairs, 1, long_spans).items()}
     return [f"{what}: {now[what]:.0f} instructions, recorded {budget[what]:.0f} (> +{SLACK - 1:.0%})"
             for what in budget if now[what] > budget[what] * SLACK]
 
@@ -160,6 +207,7 @@ def main() -> int:
     parser.add_argument("--baseline", type=Path, help="another otel-gil checkout (C parts built in place)")
     parser.add_argument("--spans", type=int, default=1_000)
     parser.add_argument("--pairs", type=int, default=5_000)
+    parser.add_argument("--long-spans", type=int, default=100, help="spans with a long wait (4 ms each)")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--requests", type=int, default=0, help="also FastAPI requests per route (0: none)")
     parser.add_argument("--tool", choices=("auto", "perf", "valgrind"), default="auto")
@@ -168,13 +216,13 @@ def main() -> int:
     args = parser.parse_args()
     prefix = counter("valgrind" if args.check or args.record else args.tool)  # the guard's figures: valgrind's
     if args.check:
-        over = check(prefix, args.spans, args.pairs)
+        over = check(prefix, args.spans, args.pairs, args.long_spans)
         print("\n".join(over) or "within bench/instructions.json's figures")
         return 1 if over else 0
-    here = measure(prefix, ROOT, args.spans, args.pairs, args.repeats)
+    here = measure(prefix, ROOT, args.spans, args.pairs, args.repeats, args.long_spans)
     if args.record:
         BUDGET.write_text(json.dumps({k: round(statistics.median(v)) for k, v in here.items()}, indent=1) + "\n")
-    there = measure(prefix, args.baseline, args.spans, args.pairs, args.repeats) if args.baseline else None
+    there = measure(prefix, args.baseline, args.spans, args.pairs, args.repeats, args.long_spans) if args.baseline else None
     rows = []
     for what, v in here.items():
         row = f"| {what} | {statistics.median(v):.0f} ({min(v):.0f}-{max(v):.0f}) |"
@@ -188,7 +236,7 @@ def main() -> int:
     counted = "`perf stat -e instructions:u`" if prefix[0] == "perf" else "valgrind's cachegrind (`--cache-sim=no`)"
     command = (f"`.venv/bin/python bench/instructions.py{f' --baseline {args.baseline}' if args.baseline else ''}"
                f"{f' --requests {args.requests}' if args.requests else ''} "
-               f"--spans {args.spans} --pairs {args.pairs} --repeats {args.repeats}` on {results.machine()}")
+               f"--spans {args.spans} --long-spans {args.long_spans} --pairs {args.pairs} --repeats {args.repeats}` on {results.machine()}")
     section = "\n".join([
         f"{command}. User-space instructions otel-gil adds, counted by {counted}, medians of the repeats (their "
         "range in brackets): a figure the machine's load does not move, unlike the timed benchmarks.",

@@ -231,7 +231,7 @@ static int Hooks_init(Hooks *self, PyObject *args, PyObject *kwds)
  * generation come from one read of registration.state (client.State), so they agree. */
 static PyObject *current_ring(Hooks *self, long *generation)
 {
-	PyObject *state = PyObject_GetAttr(self->registration, s_state);
+	PyObject *state = lookup(self->registration, s_state);
 	if (state == NULL)
 		return NULL;
 	if (state == self->state) { /* a State never changes: as registered, with that ring, as when last read */
@@ -325,7 +325,7 @@ static PyObject *snapshot_onto(Hooks *self, PyObject *span)
 	start->name = NULL;
 	start->parent = start->prev_running = NULL;
 	memset(&start->own, 0, sizeof(start->own));
-	int failed = PyObject_SetAttr(span, s_start_attr, (PyObject *)start);
+	int failed = store_attr(span, s_start_attr, (PyObject *)start);
 	if (!failed)
 		context_start(self, start, span);
 	Py_DECREF(start);
@@ -343,7 +343,7 @@ static PyObject *snapshot_onto(Hooks *self, PyObject *span)
  * a read-only view), so its own lock is free then. */
 static int lock_free(PyObject *span)
 {
-	PyObject *lock = PyObject_GetAttr(span, s_lock), *locked = NULL;
+	PyObject *lock = lookup(span, s_lock), *locked = NULL;
 	if (lock != NULL && Py_IS_TYPE(lock, lock_type))
 		locked = PyObject_Vectorcall(lock_locked, &lock, 1, NULL);
 	Py_XDECREF(lock);
@@ -356,12 +356,12 @@ static int lock_free(PyObject *span)
  * length limit, room for them, and nobody in the span's lock. Else NULL. */
 static PyObject *direct_dict(PyObject *span, Py_ssize_t adding)
 {
-	PyObject *bounded = PyObject_GetAttr(span, s_attributes);
-	PyObject *d = bounded ? PyObject_GetAttr(bounded, s_dict) : NULL;
-	PyObject *imm = d ? PyObject_GetAttr(bounded, s_immutable) : NULL;
-	PyObject *mvl = imm ? PyObject_GetAttr(bounded, s_max_value_len) : NULL;
-	PyObject *maxlen = mvl ? PyObject_GetAttr(bounded, s_maxlen) : NULL;
-	PyObject *end = maxlen ? PyObject_GetAttr(span, s_end_time) : NULL;
+	PyObject *bounded = lookup(span, s_attributes);
+	PyObject *d = bounded ? lookup(bounded, s_dict) : NULL;
+	PyObject *imm = d ? lookup(bounded, s_immutable) : NULL;
+	PyObject *mvl = imm ? lookup(bounded, s_max_value_len) : NULL;
+	PyObject *maxlen = mvl ? lookup(bounded, s_maxlen) : NULL;
+	PyObject *end = maxlen ? lookup(span, s_end_time) : NULL;
 	int usable = end == Py_None && PyDict_CheckExact(d) && imm == Py_False && mvl == Py_None;
 	if (usable && maxlen != Py_None) {
 		Py_ssize_t limit = PyLong_AsSsize_t(maxlen);
@@ -379,6 +379,11 @@ static PyObject *direct_dict(PyObject *span, Py_ssize_t adding)
 	return d;
 }
 
+/* dict_fill_empty's models, one per set of keys fast_figures sets (a bit per key not always
+ * there: others_hold_ms, hold_ratio, acquisitions, convoy_waits), made at import. */
+#define KEY_SETS 16
+static PyObject *key_sets[KEY_SETS];
+
 /* Set the values on the span in one pass: straight into its attribute dict (then *used is
  * that dict, a new reference), or through set_attributes (its lock held, or a limit to apply).
  *
@@ -386,19 +391,19 @@ static PyObject *direct_dict(PyObject *span, Py_ssize_t adding)
  * minus its cleaning of values that are already clean (str keys, float and int values,
  * a thread name). From the checks of direct_dict to the last insert it runs no Python
  * code and allocates nothing the cyclic GC tracks, so it keeps the GIL throughout. */
-static int set_attributes(PyObject *span, PyObject *const *keys, PyObject *const *values, Py_ssize_t n,
-			  PyObject **used)
+static int set_attributes(PyObject *span, unsigned which, PyObject *const *keys, PyObject *const *values,
+			  Py_ssize_t n, PyObject **used)
 {
 	PyObject *dict = direct_dict(span, n);
 	if (dict != NULL) {
-		int rc = 0;
-		for (Py_ssize_t i = 0; i < n && rc == 0; i++) {
+		int rc = PyDict_GET_SIZE(dict) ? 0 : dict_fill_empty(dict, key_sets[which], keys, values, n);
+		for (Py_ssize_t i = 0; i < n && rc == 0; i++) { /* (1: filled) */
 			Py_ssize_t size = PyDict_GET_SIZE(dict);
 			rc = PyDict_SetItem(dict, keys[i], values[i]);
 			if (rc == 0 && PyDict_GET_SIZE(dict) == size) /* it was there: to the end, as set_attributes */
 				rc = PyDict_DelItem(dict, keys[i]) || PyDict_SetItem(dict, keys[i], values[i]);
 		}
-		if (rc == 0) {
+		if (rc >= 0) {
 			*used = dict;
 			return 0;
 		}
@@ -422,7 +427,7 @@ static int set_attributes(PyObject *span, PyObject *const *keys, PyObject *const
 /* Whether the registration still has the ring the span started with. */
 static int same_ring(Hooks *self, Start *start)
 {
-	PyObject *state = PyObject_GetAttr(start->registration, s_state);
+	PyObject *state = lookup(start->registration, s_state);
 	if (state == NULL)
 		return -1;
 	if (state == self->state) { /* unchanged since current_ring last read it */
@@ -469,22 +474,23 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 	PyObject *ident = NULL; /* thread.id: the managed id, as spans.py */
 	PyObject *name = thread_name(self->threading, &ident);
 	int n = 0, every = self->every, failed = 0;
+	unsigned which = 0; /* key_sets' bits */
 #define PUT(key, value) (keys[n] = (key), failed |= (values[n++] = (value)) == NULL)
 	PUT(k_thread_name, name);
 	PUT(k_thread_id, ident);
 	if (start->tracked && start->switched && (every || f.others))
-		PUT(k_others_hold_ms, PyFloat_FromDouble((double)f.others / 1e6));
+		PUT(k_others_hold_ms, PyFloat_FromDouble((double)f.others / 1e6)), which |= 1;
 	PUT(k_wait_ms, PyFloat_FromDouble((double)f.wait / 1e6));
 	PUT(k_hold_ms, PyFloat_FromDouble((double)f.hold / 1e6));
 	PUT(k_wait_ratio, PyFloat_FromDouble(*wait_ratio));
 	if (every)
-		PUT(k_hold_ratio, PyFloat_FromDouble((double)f.hold / (double)duration));
+		PUT(k_hold_ratio, PyFloat_FromDouble((double)f.hold / (double)duration)), which |= 2;
 	if (every || f.acquisitions)
-		PUT(k_acquisitions, PyLong_FromUnsignedLongLong(f.acquisitions));
+		PUT(k_acquisitions, PyLong_FromUnsignedLongLong(f.acquisitions)), which |= 4;
 	if (every || f.convoy)
-		PUT(k_convoy_waits, PyLong_FromUnsignedLongLong(f.convoy));
+		PUT(k_convoy_waits, PyLong_FromUnsignedLongLong(f.convoy)), which |= 8;
 #undef PUT
-	int rc = failed ? -1 : set_attributes(span, keys, values, n, attributes) ? -1 : 1;
+	int rc = failed ? -1 : set_attributes(span, which, keys, values, n, attributes) ? -1 : 1;
 	for (int i = 0; i < n; i++)
 		Py_XDECREF(values[i]);
 	return rc;
@@ -880,6 +886,9 @@ static int intern_all(void)
 		PyErr_SetString(PyExc_TypeError, "_thread.LockType is not a type");
 	}
 	lock_locked = lock_type ? PyObject_GetAttrString((PyObject *)lock_type, "locked") : NULL;
+	for (size_t i = 0; i < KEY_SETS; i++)
+		if ((key_sets[i] = PyDict_New()) == NULL)
+			return -1;
 	return lock_locked == NULL ? -1 : keys_from_semconv();
 }
 

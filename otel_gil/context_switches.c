@@ -31,8 +31,6 @@
  */
 #include "fastspan.h"
 
-#include <structmember.h>
-
 #define LOG_LEN 1024 /* switches a shared thread remembers, for blame (a power of 2) */
 #define MAX_DEPTH 64 /* ancestors charged at most (a cycle cannot form: parents are older) */
 
@@ -41,8 +39,7 @@ static Hooks *tracking;
 static uint64_t epoch = 1; /* bumped as tracking stops: a span started before missed charges since */
 static PyObject *otel_var; /* OpenTelemetry's ContextVar of the current context */
 static PyObject *span_key; /* its key of the current span */
-static PyObject *s_charges_key, *s_parent, *s_context, *s_name, *s_settrace, *s_greenlet,
-	*s_asyncio_events, *s_asyncio_base_events;
+static PyObject *s_charges_key, *s_parent, *s_context, *s_name, *s_asyncio_events, *s_asyncio_base_events;
 
 /* ---------------------------------------------------------------- per thread */
 
@@ -121,36 +118,13 @@ static PyTypeObject ChargesType = {
 	.tp_doc = "One thread's charge point: its counters then and whose code runs since.",
 };
 
-/* The calling thread's Charges (borrowed), NULL with an error if it cannot have one. */
-static Charges *charges_here(void)
-{
-	PyThreadState *ts = PyThreadState_Get();
-	if (here.tstate == ts && here.charges != NULL)
-		return here.charges;
-	PyObject *dict = PyThreadState_GetDict(); /* borrowed */
-	if (dict == NULL) {
-		PyErr_SetString(PyExc_RuntimeError, "no thread state dict");
-		return NULL;
-	}
-	PyObject *found = PyDict_GetItemWithError(dict, s_charges_key);
-	if (found == NULL && PyErr_Occurred())
-		return NULL;
-	if (found == NULL || !Py_IS_TYPE(found, &ChargesType)) {
-		Charges *made = PyObject_New(Charges, &ChargesType);
-		if (made == NULL)
-			return NULL;
-		memset((char *)made + sizeof(PyObject), 0, sizeof(Charges) - sizeof(PyObject));
-		made->owner = (void *)&here;
-		int failed = PyDict_SetItem(dict, s_charges_key, (PyObject *)made);
-		Py_DECREF(made); /* the thread state's dict keeps it */
-		if (failed)
-			return NULL;
-		found = (PyObject *)made;
-	}
-	here.tstate = ts;
-	here.charges = (Charges *)found;
-	return here.charges;
-}
+/* The thread's Charges, Context.run's replacement, the greenlet tracer (switch_hooks.h). */
+#define SWITCH_HOOKS_MODULE "otel_gil._fastspan"
+#define SWITCH_TRACKING (tracking != NULL)
+#define SWITCH_RUNNING Start
+#define SWITCH_CURRENT current_start
+#define SWITCH_UNSEEN OWN_UNSEEN
+#include "switch_hooks.h"
 
 /* ---------------------------------------------------------------- charging */
 
@@ -253,15 +227,6 @@ static void run(Charges *tc, Start *next, uint64_t now)
 	Py_XDECREF(old);
 }
 
-static void believe(Charges *tc)
-{
-	PyObject *ctx = PyThreadState_Get()->context;
-	if (ctx != tc->context) {
-		Py_XINCREF(ctx);
-		Py_XSETREF(tc->context, ctx);
-	}
-}
-
 /* The tracked Start of the span current in this thread's context (a new reference), or NULL;
  * tc (may be NULL) remembers it for that OpenTelemetry context. */
 static Start *current_start(Charges *tc)
@@ -295,22 +260,6 @@ static Start *current_start(Charges *tc)
 		Py_DECREF(octx);
 	}
 	return start;
-}
-
-/* At a span's start or end: a context entered behind the hooks' back, whose code is not
- * the running span's, means the charges since went to the wrong span. */
-static void check_unseen(Charges *tc)
-{
-	PyObject *ctx = PyThreadState_Get()->context;
-	if (tc->context == NULL || ctx == NULL || ctx == tc->context)
-		return;
-	Start *there = current_start(tc);
-	if (there != tc->running) {
-		tc->unseen = 1;
-		flag_chain(tc->running, OWN_UNSEEN);
-		flag_chain(there, OWN_UNSEEN);
-	}
-	Py_XDECREF(there);
 }
 
 /* A switch seen by a hook: charge what ran, then whose code runs in the context now current.
@@ -386,76 +335,6 @@ static void check_loop(Charges *tc)
 }
 #endif
 
-/* greenlet.settrace's callback for one thread: each switch is a charge point, then the
- * previous tracer (the app's), if any. */
-typedef struct {
-	PyObject_HEAD
-	vectorcallfunc vectorcall;
-	PyObject *previous;
-} Tracer;
-
-static PyObject *Tracer_vectorcall(Tracer *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
-{
-	if (tracking != NULL) {
-		Charges *tc = charges_here();
-		if (tc != NULL)
-			switched(tc, NULL, 1);
-		PyErr_Clear(); /* a tracer error would turn the switch into a throw */
-	}
-	if (self->previous != NULL)
-		return PyObject_Vectorcall(self->previous, args, nargsf, kwnames);
-	Py_RETURN_NONE;
-}
-
-static void Tracer_dealloc(Tracer *self)
-{
-	Py_XDECREF(self->previous);
-	Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyTypeObject TracerType = {
-	PyVarObject_HEAD_INIT(NULL, 0)
-	.tp_name = "otel_gil._fastspan.GreenletTracer",
-	.tp_basicsize = sizeof(Tracer),
-	.tp_dealloc = (destructor)Tracer_dealloc,
-	.tp_vectorcall_offset = offsetof(Tracer, vectorcall),
-	.tp_call = PyVectorcall_Call,
-	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
-	.tp_doc = "greenlet.settrace callback: every greenlet switch is a charge point (then the previous tracer).",
-};
-
-/* Trace this thread's greenlet switches, once greenlet is loaded (looked for again only
- * where sys.modules changed size since: no import machinery, mostly no lookup). */
-static void trace_greenlets(Charges *tc)
-{
-	PyObject *modules = PyImport_GetModuleDict();
-	if (!PyDict_Check(modules) || PyDict_GET_SIZE(modules) == tc->modules)
-		return;
-	tc->modules = PyDict_GET_SIZE(modules);
-	PyObject *greenlet = PyDict_GetItemWithError(modules, s_greenlet);
-	if (greenlet == NULL) {
-		clear_error();
-		return;
-	}
-	Py_INCREF(greenlet);
-	Tracer *tracer = PyObject_New(Tracer, &TracerType);
-	if (tracer != NULL) {
-		tracer->vectorcall = (vectorcallfunc)Tracer_vectorcall;
-		tracer->previous = NULL;
-		PyObject *previous = PyObject_CallMethodOneArg(greenlet, s_settrace, (PyObject *)tracer);
-		if (previous != NULL && previous != Py_None && !Py_IS_TYPE(previous, &TracerType))
-			tracer->previous = previous;
-		else
-			Py_XDECREF(previous);
-		if (previous != NULL)
-			tc->tracer = (PyObject *)tracer;
-		else
-			Py_DECREF(tracer);
-	}
-	Py_DECREF(greenlet);
-	PyErr_Clear();
-}
-
 /* ---------------------------------------------------------------- span start and end */
 
 static uint64_t span_id_of(PyObject *span_context)
@@ -517,7 +396,7 @@ void context_start(Hooks *hooks, Start *start, PyObject *span)
 		return;
 	}
 	if (tc->tracer == NULL)
-		trace_greenlets(tc);
+		trace_greenlets(&tc->modules, &tc->tracer);
 #if !PY_3_14_OR_LATER
 	if (tc->switches == 0 || tc->loop == NULL) /* a thread whose switches the hooks see runs a loop they see, if any */
 		check_loop(tc);
@@ -633,117 +512,14 @@ void context_switched(void)
 }
 
 #if !PY_3_14_OR_LATER
-/* contextvars.Context.run in the type's place: the same, with a charge point as the
- * context is entered and as it is left (then what ran before runs again). */
-typedef struct {
-	PyObject_HEAD
-	vectorcallfunc vectorcall;
-	PyObject *original; /* the method it replaced */
-} ContextRun;
-
-static PyObject *ContextRun_vectorcall(ContextRun *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
-{
-	Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-	Charges *tc;
-	if (tracking == NULL || nargs < 2 || !PyContext_CheckExact(args[0]) || (tc = charges_here()) == NULL) {
-		PyErr_Clear();
-		return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
-	}
-	PyObject *ctx = args[0];
-	if (PyContext_Enter(ctx))
-		return NULL;
-	Start *before = tc->running;
-	Py_XINCREF(before);
-	switched(tc, NULL, 1);
-	PyObject *result = PyObject_Vectorcall(args[1], args + 2, (size_t)(nargs - 2), kwnames);
-	if (PyContext_Exit(ctx))
-		Py_CLEAR(result);
-	PyObject *type = NULL, *value = NULL, *traceback = NULL;
-	if (result == NULL)
-		PyErr_Fetch(&type, &value, &traceback);
-	if ((tc = charges_here()) != NULL)
-		switched(tc, before, 0);
-	else
-		Py_XDECREF(before);
-	PyErr_Clear();
-	if (result == NULL)
-		PyErr_Restore(type, value, traceback);
-	return result;
-}
-
-static void ContextRun_dealloc(ContextRun *self)
-{
-	Py_XDECREF(self->original);
-	Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyMemberDef ContextRun_members[] = {
-	{"__wrapped__", T_OBJECT, offsetof(ContextRun, original), READONLY, "the Context.run this replaced"},
-	{NULL},
-};
-
-static PyTypeObject ContextRunType = {
-	PyVarObject_HEAD_INIT(NULL, 0)
-	.tp_name = "otel_gil._fastspan.ContextRun",
-	.tp_basicsize = sizeof(ContextRun),
-	.tp_dealloc = (destructor)ContextRun_dealloc,
-	.tp_vectorcall_offset = offsetof(ContextRun, vectorcall),
-	.tp_call = PyVectorcall_Call,
-	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_METHOD_DESCRIPTOR | Py_TPFLAGS_HAVE_VECTORCALL,
-	.tp_doc = "run(callable, *args, **kwargs): contextvars.Context.run with a charge point on entering and "
-		  "leaving the context (otel_gil: each span's own GIL time).",
-	.tp_members = ContextRun_members,
-	.tp_descr_get = bind_method,
-};
-
-static ContextRun *context_run; /* in Context's dict while tracking */
-static PyObject *s_run;
-
-static PyObject *context_dict(void)
-{
-#if PY_3_12_OR_LATER
-	return PyType_GetDict(&PyContext_Type); /* static builtin types keep theirs per interpreter */
-#else
-	Py_XINCREF(PyContext_Type.tp_dict);
-	return PyContext_Type.tp_dict;
-#endif
-}
-
 static int hook_switches(void)
 {
-	if (context_run != NULL)
-		return 0;
-	PyObject *dict = context_dict();
-	PyObject *original = dict ? PyDict_GetItemWithError(dict, s_run) : NULL;
-	ContextRun *hook = original ? PyObject_New(ContextRun, &ContextRunType) : NULL;
-	int failed = hook == NULL;
-	if (!failed) {
-		hook->vectorcall = (vectorcallfunc)ContextRun_vectorcall;
-		Py_INCREF(original);
-		hook->original = original;
-		failed = PyDict_SetItem(dict, s_run, (PyObject *)hook);
-		if (failed)
-			Py_DECREF(hook);
-		else
-			context_run = hook;
-		PyType_Modified(&PyContext_Type);
-	}
-	if (failed && !PyErr_Occurred())
-		PyErr_SetString(PyExc_RuntimeError, "contextvars.Context has no run method to hook");
-	Py_XDECREF(dict);
-	return failed ? -1 : 0;
+	return hook_context_run();
 }
 
 static void unhook_switches(void)
 {
-	if (context_run == NULL)
-		return;
-	PyObject *dict = context_dict();
-	if (dict == NULL || PyDict_SetItem(dict, s_run, context_run->original))
-		PyErr_Clear();
-	PyType_Modified(&PyContext_Type);
-	Py_XDECREF(dict);
-	Py_CLEAR(context_run); /* bound methods made from it still run the original */
+	unhook_context_run();
 }
 #else
 static int watcher = -1;
@@ -879,18 +655,11 @@ int contexts_init(PyObject *module)
 		const char *text;
 	} names[] = {
 		{&s_charges_key, "otel_gil.charges"}, {&s_parent, "_parent"}, {&s_context, "_context"},
-		{&s_name, "_name"}, {&s_settrace, "settrace"}, {&s_greenlet, "greenlet"},
-		{&s_asyncio_events, "asyncio.events"}, {&s_asyncio_base_events, "asyncio.base_events"},
-#if !PY_3_14_OR_LATER
-		{&s_run, "run"},
-#endif
+		{&s_name, "_name"}, {&s_asyncio_events, "asyncio.events"},
+		{&s_asyncio_base_events, "asyncio.base_events"},
 	};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)
 			return -1;
-	return PyType_Ready(&ChargesType) || PyType_Ready(&TracerType)
-#if !PY_3_14_OR_LATER
-	       || PyType_Ready(&ContextRunType)
-#endif
-		;
+	return switch_hooks_init() || PyType_Ready(&ChargesType);
 }

@@ -194,17 +194,17 @@ static inline void clear_error(void)
 		PyErr_Clear();
 }
 
-/* getattr(obj, name, NULL) without raising (and paying for) an AttributeError. */
-static inline PyObject *lookup(PyObject *obj, PyObject *name)
-{
-	PyObject *value = NULL;
-#if PY_3_13_OR_LATER
-	PyObject_GetOptionalAttr(obj, name, &value);
-#else
-	_PyObject_LookupAttr(obj, name, &value);
-#endif
-	return value;
-}
+/* cpython_layouts.c: getattr(obj, name, NULL) without raising (and paying for) an AttributeError,
+ * and where CPython allows, without the generic lookup. A new reference. */
+HIDDEN PyObject *lookup(PyObject *obj, PyObject *name);
+/* setattr(obj, name, value) (value not NULL): 0, or -1 with an error set; where CPython allows, and a
+ * lookup of that name on that type came first, without the generic store. */
+HIDDEN int store_attr(PyObject *obj, PyObject *name, PyObject *value);
+/* keys[i]: values[i] (str keys) into the empty dict, as inserting them in order would leave it,
+ * through model (a dict only this function writes, one per set of keys): 1; 0 where CPython
+ * allows no such shortcut (the caller inserts them); -1 with an error set. */
+HIDDEN int dict_fill_empty(PyObject *dict, PyObject *model, PyObject *const *keys, PyObject *const *values,
+			   Py_ssize_t n);
 
 /* tp_descr_get of a method that takes a class's method's place (Py_TPFLAGS_METHOD_DESCRIPTOR):
  * bound to an instance, itself on the class. */

@@ -6,17 +6,25 @@ CPython's parking lot, and writes each park into the thread's slot by kind (gil_
 ``GIL_PARK_*``): stop-the-world, an object's critical section (with its type), the app's locks,
 the interpreter's internal locks, the rest. :func:`start` installs it while the GIL is off; the
 span hooks take :func:`snapshot` at a span's start and :func:`figures` at its end.
+
+On an event loop or a greenlet hub a thread's parks are whichever request's code ran: there
+``_parkcontexts`` (park_contexts.c) charges them to the span whose code ran, at every switch of
+context (``contexts``); without it such spans carry none.
 """
 
 from __future__ import annotations
 
 import _thread
+import contextvars
 import ctypes
 import logging
 import sys
 import threading
 import time
 from typing import NamedTuple, Optional
+
+from opentelemetry import context as otel_context
+from opentelemetry.trace import propagation as trace_propagation
 
 from otel_gil import free_threading, pystructs
 from otel_gil import ring as ringlib
@@ -30,6 +38,10 @@ try:
     from otel_gil import _inprocess
 except ImportError:  # built without a C compiler: no parks (the GIL backend says why)
     _inprocess = None
+try:
+    from otel_gil import _parkcontexts
+except ImportError:  # a default build (its GIL figures follow contexts), or no C compiler
+    _parkcontexts = None
 
 _local = threading.local()
 
@@ -86,6 +98,7 @@ class Parks:
 
 
 current: Optional[Parks] = None  # installed by start(), while the GIL is off
+contexts = False  # parks charged to the span whose code ran, at every switch of context (_parkcontexts)
 
 
 def start(long_wait_ns: int, nslots: int = 2048) -> Optional[Parks]:
@@ -112,7 +125,33 @@ def start(long_wait_ns: int, nslots: int = 2048) -> Optional[Parks]:
         return None
     current = Parks(ringlib.Ring(address, size))
     log.info("otel-gil: timing parks in-process (sem_* GOT hooks in %s)", _inprocess.object())
+    _follow_contexts(address, nslots)
     return current
+
+
+def otel_context_var() -> tuple[Optional[contextvars.ContextVar], Optional[str]]:
+    """OpenTelemetry's ContextVar of the current context and its current span's key (None, None
+    where it keeps them otherwise): what the C charge points read whose code runs."""
+    var = getattr(getattr(otel_context, "_RUNTIME_CONTEXT", None), "_current_context", None)
+    key = getattr(trace_propagation, "_SPAN_KEY", None)
+    if not isinstance(var, contextvars.ContextVar) or not isinstance(key, str):
+        return None, None
+    return var, key
+
+
+def _follow_contexts(address: int, nslots: int) -> None:
+    global contexts
+    var, key = otel_context_var()
+    why = ("otel_gil._parkcontexts was not built" if _parkcontexts is None else
+           "OpenTelemetry's current context is not kept in a ContextVar here" if var is None else None)
+    if why is None:
+        try:
+            _parkcontexts.track(address, nslots, var, key)
+            contexts = True
+            return
+        except Exception as exc:
+            why = f"context switches cannot be followed ({exc})"
+    log.warning("otel-gil: %s: spans on event loops and greenlets carry no parked time", why)
 
 
 def _unsupported() -> Optional[str]:
@@ -127,7 +166,10 @@ def _unsupported() -> Optional[str]:
 
 def stop() -> None:
     """Unhook parks (the ring stays mapped: spans in flight still read it)."""
-    global current
+    global current, contexts
+    if contexts:
+        _parkcontexts.untrack()
+        contexts = False
     if current is not None:
         _inprocess.uninstall_parks()
         current = None
@@ -136,21 +178,30 @@ def stop() -> None:
 Start = tuple[Parks, Parked, int]  # what snapshot() took, on which thread (native id)
 
 
-def snapshot() -> Optional[Start]:
-    """The calling thread's figures at a span's start (None: parks are not hooked)."""
+def snapshot(span=None):
+    """At a span's start: where ``contexts``, the span's own charges (a ``_parkcontexts.Parked``),
+    else the calling thread's figures (a :data:`Start`); None: parks are not hooked."""
     parks = current
     if parks is None:
         return None
+    if contexts and span is not None:
+        parent = span.parent
+        return _parkcontexts.start(span, span.context.span_id, parent.span_id if parent and not parent.is_remote else 0)
     try:
         return parks, parks.read()[0], threading.get_native_id()
     except ringlib.BusySlot:  # the span goes without parked time
         return None
 
 
-def figures(start: Optional[Start], wall_minus_mono: int) -> tuple[dict, list[tuple[str, dict, int, int]]]:
+Figures = tuple[dict, list[tuple[str, dict, int, int]]]
+
+
+def figures(start, wall_minus_mono: int) -> Figures:
     """A span's parked attributes and ``cpython.park`` events (``(name, attributes, start, end)``,
     wall clock ns) from its start's :func:`snapshot` to now; none for a span that ended on
-    another thread."""
+    another thread than the one whose figures it took."""
+    if _parkcontexts is not None and isinstance(start, _parkcontexts.Parked):
+        return _own_figures(start, wall_minus_mono)
     if start is None or start[2] != threading.get_native_id():
         return {}, []
     parks, before, _ = start
@@ -161,15 +212,33 @@ def figures(start: Optional[Start], wall_minus_mono: int) -> tuple[dict, list[tu
     parked = [a - b for a, b in zip(after.parked_ns, before.parked_ns)]
     if min(parked) < 0 or sum(parked) > after.mono_ns - before.mono_ns:  # not the slot it started with (a fork)
         return {}, []
+    longs = [] if slot is None else long_parks(slot, before.long_parks)
+    dropped = after.long_parks - before.long_parks - ringlib.PARK_RING_LEN
+    return _attributes(parked, after.parks - before.parks, longs, dropped, parks.convoy_ns, wall_minus_mono)
+
+
+def _own_figures(start, wall_minus_mono: int) -> Figures:
+    """A span's own parks, charged at each switch of context (``_parkcontexts.end``): none where a
+    switch went unseen or they break the invariants (per thread, parked <= its duration)."""
+    own = _parkcontexts.end(start)
+    if own is None:
+        return {}, []
+    by_kind, count, rows, dropped, elapsed, home, elsewhere, others = own
+    if home > elapsed or (others >= 0 and elsewhere > elapsed * others):
+        return {}, []
+    longs = [LongPark(s, e, min(k, ringlib.PARK_OTHER), t.decode("utf-8", "replace")) for s, e, k, t in rows]
+    convoy_ns = current.convoy_ns if current is not None else int(sys.getswitchinterval() * 1e9)
+    return _attributes(list(by_kind), count, longs, dropped, convoy_ns, wall_minus_mono)
+
+
+def _attributes(parked: list[int], count: int, longs: list[LongPark], dropped: int, convoy_ns: int,
+                wall_minus_mono: int) -> Figures:
+    """The attributes and events of parked time by kind (ns), ``count`` parks and the long ones."""
     attrs: dict = {key: ns / 1e6 for key, ns in zip(PARKED_MS, parked)}
     attrs[PARKED_TOTAL_MS] = sum(parked) / 1e6
-    attrs[PARKS] = after.parks - before.parks
-    if slot is None or after.long_parks == before.long_parks:
-        return attrs, []
-    dropped = after.long_parks - before.long_parks - ringlib.PARK_RING_LEN
+    attrs[PARKS] = count
     if dropped > 0:
         attrs[PARKS_DROPPED] = dropped
-    longs = long_parks(slot, before.long_parks)
     by_type: dict[str, int] = {}
     for p in longs:
         if p.kind == ringlib.PARK_OBJECT:
@@ -179,7 +248,7 @@ def figures(start: Optional[Start], wall_minus_mono: int) -> tuple[dict, list[tu
         attrs[PARKED_TOP_TYPE], attrs[PARKED_TOP_TYPE_MS] = top, by_type[top] / 1e6
     events = []
     for p in longs:
-        if p.end_ns - p.start_ns >= parks.convoy_ns:
+        if p.end_ns - p.start_ns >= convoy_ns:
             event = {PARK_KIND: PARK_KINDS[p.kind], PARK_MS: (p.end_ns - p.start_ns) / 1e6}
             if p.kind == ringlib.PARK_OBJECT:
                 event[PARK_TYPE] = p.type

@@ -8,6 +8,8 @@
 
 /* Code objects keep their line table in co_linetable (before: co_lnotab). */
 #define PY_3_10_OR_LATER (PY_VERSION_HEX >= 0x030A0000)
+/* Instance attributes in the values of the type's shared keys (cpython_layouts.c reads them there). */
+#define PY_3_11_ONLY (PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000)
 /* PyType_GetDict: static builtin types keep their dict per interpreter. */
 #define PY_3_12_OR_LATER (PY_VERSION_HEX >= 0x030C0000)
 /* PyObject_GetOptionalAttr (before: _PyObject_LookupAttr). */

@@ -139,15 +139,15 @@ def _read(ring: ringlib.Ring, cache: list, until: Optional[int] = None) -> tuple
     return (now if until is None else min(now, until)), ringlib.ZERO
 
 
-def snapshot(registration: Backend, metrics: Optional[GilMetrics] = None) -> _Start:
+def snapshot(registration: Backend, metrics: Optional[GilMetrics] = None, span: Optional[Span] = None) -> _Start:
     registration.check_fork()  # a fork by C code (uWSGI) runs no Python at-fork hook; a child registers now
     state = registration.state  # one read: a ring with its own status and generation
     cache = _thread_tid(state.generation)
     if state.ring is None or state.status != REGISTERED:
         now, wall = time.monotonic_ns(), time.time_ns()
         start = _Start(registration, None, state.generation, cache[1], now, wall, ringlib.ZERO, state.status, metrics)
-        # Parks on a loop's (or greenlet hub's) thread are whichever context's ran: none told apart here.
-        start.parked = parks.snapshot() if parks.current is not None and not shared_thread() else None
+        if parks.current is not None:  # on a shared thread, by context where the C charge points run
+            start.parked = parks.snapshot(span) if parks.contexts else None if shared_thread() else parks.snapshot()
         return start
     now, counters = _read(state.ring, cache)
     return _Start(registration, state.ring, state.generation, cache[1], now, time.time_ns(), counters, state.status,
@@ -382,7 +382,7 @@ class GilSpanProcessor(SpanProcessor):
 
     def _snapshot_onto(self, span: Span) -> None:
         try:
-            setattr(span, _SNAPSHOT_ATTR, snapshot(self.registration, self.metrics))
+            setattr(span, _SNAPSHOT_ATTR, snapshot(self.registration, self.metrics, span))
         except Exception:  # never let a span hook break the app
             _log_once("otel-gil: reading the GIL ring failed at span start")
 

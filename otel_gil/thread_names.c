@@ -73,7 +73,7 @@ PyObject *thread_name(PyObject *threading, PyObject **ident_out)
 	PyObject *thread = current_thread(threading, ident_out);
 	if (thread == NULL)
 		return NULL;
-	PyObject *name = PyObject_GetAttr(thread, s_private_name);
+	PyObject *name = lookup(thread, s_private_name);
 	if (name == NULL) {
 		PyErr_Clear();
 		name = PyObject_GetAttr(thread, s_public_name);

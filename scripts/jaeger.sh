@@ -89,7 +89,7 @@ build() {  # the Go module's build, once, at $built
     trap 'exit 130' INT TERM
     cp -r "$src/." "$work/"
     chmod -R u+w "$work"
-    (cd "$work" && GOWORK=off GOFLAGS="-mod=mod -buildvcs=false" go build -o "$tmp" ./cmd/jaeger)
+    (cd "$work" && "$here/go-build.sh" -o "$tmp" ./cmd/jaeger)
     chmod 755 "$tmp"
     mv -f "$tmp" "$built"  # atomic: an interrupted build never leaves a half binary at $built
     chmod -R u+w "$work"; rm -rf "$work"

@@ -10,6 +10,7 @@ set -euo pipefail
 k8s=v1.34.4  # the newest with containerd 1.x (Debian's 1.6) and cgroup v1 still supported by the kubelet
 operator=v0.140.0  # the newest the Go module proxy serves
 helm=v3.22.0
+here=$(cd "$(dirname "$0")" && pwd)
 
 # build NAME VERSION MODULE OUT PKG...: go build PKGs of MODULE@VERSION into OUT, from a module of ours
 # that requires it (go install refuses modules with replace directives, and k8s.io/kubernetes' zip
@@ -35,8 +36,7 @@ build() {
         ldflags="-X $v.gitVersion=$version -X $v.gitMajor=1 -X $v.gitMinor=${minor%%.*} -X $v.gitTreeState=clean"
     fi
     rm -rf "$out.tmp" && mkdir -p "$out.tmp"
-    (cd "$work" && GOWORK=off GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0 \
-        go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp/" "$@")
+    (cd "$work" && GO_LDFLAGS=$ldflags "$here/go-build.sh" -o "$out.tmp/" "$@")
     rm -rf "$out" && mv "$out.tmp" "$out"  # an interrupted build never leaves half a set at $out
     rm -rf "$work"
     trap - EXIT

@@ -3,7 +3,8 @@
 # builds, and per free-threaded build (.venv-matrix/3.Xt, from scripts/freethreaded.sh's
 # cache: `make matrix` builds them first), with what the test workloads import, and
 # otel_gil's C parts built in place for each (ABI-tagged .so files side by side; the
-# workloads import otel_gil from the checkout; free-threaded builds have no _fastspan).
+# workloads import otel_gil from the checkout; free-threaded builds have _parkcontexts instead of
+# _fastspan).
 # Idempotent (a no-op when nothing it reads changed); builds the venvs in parallel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,7 @@ root=${PYENV_ROOT:-$HOME/.pyenv}
 deps=(opentelemetry-sdk opentelemetry-instrumentation wrapt "setuptools>=77")  # 77: project.license as SPDX
 versions=(3.9 3.10 3.11 3.12 3.13 3.13t)
 modules() {  # VERSION -> otel_gil's C parts built for it
-    case $1 in *t) echo _inprocess ;; *) echo _inprocess _fastspan ;; esac
+    case $1 in *t) echo _inprocess _parkcontexts ;; *) echo _inprocess _fastspan ;; esac
 }
 pids=()
 for v in "${versions[@]}"; do
@@ -30,6 +31,15 @@ for pid in "${pids[@]}"; do wait "$pid"; done
 for v in 3.9 3.10 3.11 3.12 3.13; do
     compgen -G ".venv-matrix/$v/lib/python$v/site-packages/uvloop/__init__.py" >/dev/null \
         || ".venv-matrix/$v/bin/python" -m pip install -q --only-binary uvloop uvloop
+done
+# uvicorn, its ASGI middleware and greenlet (a cp313t wheel), for the parks' ground truths on a
+# shared thread (tests/workloads/parks.py); also in venvs made before.
+# (the middleware of the venv's opentelemetry-instrumentation release: pip would upgrade that instead)
+for v in 3.13t; do
+    compgen -G ".venv-matrix/$v/lib/python${v%t}t/site-packages/greenlet/__init__.py" >/dev/null && continue
+    release=$(".venv-matrix/$v/bin/python" -c 'import importlib.metadata as m; print(m.version("opentelemetry-instrumentation"))')
+    ".venv-matrix/$v/bin/python" -m pip install -q --only-binary greenlet uvicorn greenlet \
+        "opentelemetry-instrumentation-asgi==$release"
 done
 # Built since the last change to what the build reads, and still there: nothing to do.
 built() {

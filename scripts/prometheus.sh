@@ -8,6 +8,7 @@
 # The server is built without its web UI assets (the HTTP API, all tests need, is complete).
 set -euo pipefail
 version=v0.307.3  # Prometheus 3.7.3
+here=$(cd "$(dirname "$0")" && pwd)
 
 # build CMD: print the path of $cache/CMD, building ./cmd/CMD first if it is not there.
 build() {
@@ -26,7 +27,7 @@ build() {
         trap 'chmod -R u+w "$work"; rm -rf "$work"' EXIT
         cp -r "$src/." "$work/"
         chmod -R u+w "$work"
-        (cd "$work" && GOFLAGS=-buildvcs=false go build -o "$bin.tmp" "./cmd/$cmd")
+        (cd "$work" && "$here/go-build.sh" -o "$bin.tmp" "./cmd/$cmd")
         mv "$bin.tmp" "$bin"  # atomic: an interrupted build never leaves a half binary
         chmod -R u+w "$work"; rm -rf "$work"
         trap - EXIT

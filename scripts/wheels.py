@@ -290,8 +290,8 @@ def build_sdist(out: Path, log: Path) -> Path:
     with tarfile.open(sdist) as tar:
         names = tar.getnames()
     bad = [n for n in names if n.endswith(".so")]
-    headers = sorted(p.name for p in (ROOT / "otel_gil").glob("*.h"))
-    missing = [h for h in headers if not any(n.endswith(f"/otel_gil/{h}") for n in names)]
+    sources = sorted(p.name for p in (ROOT / "otel_gil").glob("*.[ch]"))  # every C part's, free-threaded or not
+    missing = [h for h in sources if not any(n.endswith(f"/otel_gil/{h}") for n in names)]
     if bad or missing:
         raise SystemExit(f"wheels.py: the sdist has {bad} and lacks {missing}")
     return sdist

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import json
 import re
 import importlib
+import subprocess
 import sys
 import sysconfig
 import typing
@@ -16,10 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from helpers import free_threaded_interpreters
 from otel_gil import spans
 
 ROOT = Path(__file__).resolve().parents[2]
-STUB_ONLY = {"Counters", "GotEntry"}  # names the stubs give types the modules have no object for
+STUB_ONLY = {"Counters", "GotEntry", "Figures"}  # names the stubs give types the modules have no object for
+MODULES = ["_fastspan", "_inprocess", "_parkcontexts"]
+FREE_THREADED_MODULES = {"_parkcontexts"}  # built on free-threaded builds only (setup.py)
 
 
 def native(name: str):
@@ -27,6 +32,20 @@ def native(name: str):
         return importlib.import_module(f"otel_gil.{name}")
     except ImportError as exc:
         pytest.fail(f"otel_gil.{name} is not built ({exc}): pip install -e . (needs a C compiler and Python.h)")
+
+
+def public(name: str) -> dict[str, str]:
+    """The public names of ``otel_gil.<name>`` and their objects' type names: imported here, or, for
+    a module of free-threaded builds only, by the matrix's free-threaded interpreter."""
+    if name not in FREE_THREADED_MODULES:
+        module = native(name)
+        return {n: type(getattr(module, n)).__name__ for n in dir(module) if not n.startswith("_")}
+    (runner,) = free_threaded_interpreters().values()
+    done = subprocess.run([runner.python, "-W", "error::RuntimeWarning", "-c", f"""import json, otel_gil.{name} as m
+print(json.dumps({{n: type(getattr(m, n)).__name__ for n in dir(m) if not n.startswith('_')}}))"""],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 0, f"otel_gil.{name} not built for {runner.python} (matrix-venvs.sh): {done.stderr}"
+    return json.loads(done.stdout)
 
 
 def stub(name: str) -> ast.Module:
@@ -57,17 +76,16 @@ def test_the_stub_of_own_is_spans_own():
 FREE_THREADED_ONLY = {"install_parks", "uninstall_parks"}
 
 
-@pytest.mark.parametrize("name", ["_fastspan", "_inprocess"])
+@pytest.mark.parametrize("name", MODULES)
 def test_each_native_module_has_a_stub_naming_what_it_has(name):
-    module = native(name)
     tree = stub(name)
     stubbed = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
     stubbed |= {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign)}
     stubbed |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets}
-    public = {n for n in dir(module) if not n.startswith("_")}
-    assert stubbed - STUB_ONLY - FREE_THREADED_ONLY == public - FREE_THREADED_ONLY
-    free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
-    assert public & FREE_THREADED_ONLY == (FREE_THREADED_ONLY & stubbed if free_threaded else set())
+    names = set(public(name))
+    assert stubbed - STUB_ONLY - FREE_THREADED_ONLY == names - FREE_THREADED_ONLY
+    free_threaded = name in FREE_THREADED_MODULES or bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    assert names & FREE_THREADED_ONLY == (FREE_THREADED_ONLY & stubbed if free_threaded else set())
 
 
 def test_the_stubs_are_package_data():
@@ -75,7 +93,7 @@ def test_the_stubs_are_package_data():
 
     patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["otel_gil"]
     stubs = sorted(p.name for p in (ROOT / "otel_gil").glob("*.pyi"))
-    assert stubs == ["_fastspan.pyi", "_inprocess.pyi"]
+    assert stubs == [f"{m}.pyi" for m in MODULES]
     assert all(any(fnmatch.fnmatch(s, p) for p in patterns) for s in stubs), (stubs, patterns)
 
 
@@ -84,15 +102,13 @@ def test_the_stubs_are_package_data():
 DIAGNOSTICS = {"got_entries", "forks"}
 
 
-@pytest.mark.parametrize("name", ["_fastspan", "_inprocess"])
+@pytest.mark.parametrize("name", MODULES)
 def test_no_test_only_function_ships(name):
     """Each function of a shipped module is called by otel_gil's or the collector's code, or
     named in the README (a diagnostic for users); test-only code compiles in the tests."""
     sources = "".join(p.read_text() for d in ("otel_gil", "collector") for p in (ROOT / d).rglob("*.py"))
     sources += (ROOT / "README.md").read_text()
-    module = native(name)
-    functions = {n for n in dir(module) if not n.startswith("_") and type(getattr(module, n)).__name__ ==
-                 "builtin_function_or_method"}
+    functions = {n for n, kind in public(name).items() if kind == "builtin_function_or_method"}
     assert {n for n in functions - DIAGNOSTICS if f"{n}(" not in sources} == set()
 
 
@@ -184,7 +200,7 @@ def is_property(node: ast.FunctionDef) -> bool:
     return any(isinstance(d, ast.Name) and d.id == "property" for d in node.decorator_list)
 
 
-@pytest.mark.parametrize("name", ["_fastspan", "_inprocess"])
+@pytest.mark.parametrize("name", MODULES)
 def test_each_stubbed_function_takes_what_its_c_function_parses(name):
     """Positional-only where C takes positions only (METH_O, METH_VARARGS, METH_FASTCALL: the
     stub says so with ``/``), keyword names in kwlist's order, as many as the format parses."""
@@ -197,13 +213,13 @@ def test_each_stubbed_function_takes_what_its_c_function_parses(name):
         assert stub_params(stubbed[function], False) == c_params(src, func, flags), function
 
 
-@pytest.mark.parametrize("name", ["_fastspan", "_inprocess"])
+@pytest.mark.parametrize("name", MODULES)
 def test_each_stubbed_class_has_its_c_types_methods_attributes_and_calls(name):
     """Methods (tp_methods) with their parameters, attributes (tp_members, tp_getset), and
     ``__init__``/``__call__`` exactly where the type has tp_init/a vectorcall."""
     src = c_source(name)
-    types = dict(re.findall(r'PyModule_AddObject\(m, "(\w+)", \(PyObject \*\)&(\w+)\)', src))
-    defined = dict(re.findall(r"\nPyTypeObject (\w+) = \{(.*?)\n\};", src, re.S))
+    types = dict(re.findall(r'PyModule_AddObject(?:Ref)?\(m, "(\w+)", \(PyObject \*\)&(\w+)\)', src))
+    defined = dict(re.findall(r"\n(?:static )?PyTypeObject (\w+) = \{(.*?)\n\};", src, re.S))
     classes = {n.name: n for n in stub(name).body if isinstance(n, ast.ClassDef)}
     checked = {c for c in classes if types.get(c) in defined}
     assert set(classes) - checked <= STUB_ONLY | {"Own", "Unsupported"}  # a struct sequence, an exception

@@ -1,6 +1,7 @@
 """Parked time on a free-threaded build (its GIL off), against ground truths measured here.
 
-Usage: python parks.py SCENARIO HOLD_MS; the in-process backend. Prints one JSON document: the
+Usage: python parks.py SCENARIO HOLD_MS; the in-process backend (``PARKS_WITHOUT_CHARGE_POINTS=1``:
+without ``otel_gil._parkcontexts``). Prints one JSON document: the
 finished spans (name, attributes, events), the scenario's truth (monotonic ns), whether parks were
 hooked, and the ``cpython.parked.time`` counter by kind at the end (s, summed over thread names). Each scenario runs a victim span on one thread while another thread keeps
 something from it:
@@ -14,14 +15,26 @@ something from it:
 - ``app_lock``, ``rlock``: a thread holds a ``threading.Lock`` (``RLock``) for HOLD_MS; the
   victim acquires it.
 - ``fork``: ``app_lock``, then ``app_lock`` again in a forked child (its truth and victim span).
-- ``soak``: 8 threads make spans sharing a list, a dict and a lock for HOLD_MS (no victim).
-- ``loop``: on an asyncio loop, another request's code blocks the loop's thread on a lock a thread
-  holds for HOLD_MS while the victim's span is in flight: the thread's park is not the victim's.
+- ``soak``: 8 threads, and 20 tasks on a loop (some parts in ``asyncio.to_thread``), make spans
+  sharing a list, a dict and a lock for HOLD_MS (no victim).
+- ``loop``: on an asyncio loop, another request's code (its span ``blocked``) blocks the loop's
+  thread on a lock a thread holds for HOLD_MS while the victim's span is in flight: the park is
+  ``blocked``'s, not the victim's.
+- ``to_thread``: the same, ``blocked`` waiting in ``asyncio.to_thread`` (a worker thread running
+  its context).
+- ``uvicorn``: the same on a real uvicorn server (``--loop asyncio --http h11``, the app under
+  OpenTelemetry's ASGI middleware): ``GET /blocked`` waits for the lock while ``GET /victim`` is
+  in flight on the same loop.
+- ``reinstrumented``: a victim span in flight across ``uninstrument()``/``instrument()`` waits for a
+  lock held HOLD_MS; then a span started after (``after``) does.
+- ``greenlets``: the same between two greenlets of one thread (run with ``PYTHON_GIL=0``: greenlet's
+  module does not declare ``Py_mod_gil``, and importing it would turn the GIL on).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import ctypes
 import gc
 import json
@@ -37,10 +50,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_gil import parks
-from otel_gil.instrumentor import GilInstrumentor
+if os.environ.get("PARKS_WITHOUT_CHARGE_POINTS"):  # as an sdist built without a compiler would have it
+    sys.modules["otel_gil._parkcontexts"] = None
+from otel_gil import parks  # noqa: E402
+from otel_gil.instrumentor import GilInstrumentor  # noqa: E402
 
 _exporter = InMemorySpanExporter()
+_provider = TracerProvider()
 _usleep = ctypes.PyDLL(None).usleep  # PyDLL: the caller stays attached, holding what it holds
 
 
@@ -117,7 +133,8 @@ def lock_held(tracer, hold_ms: int, lock) -> dict:
 
 
 def soak(tracer, seconds_ms: int) -> dict:
-    """8 threads making spans that share a list, a dict and a lock, with collections now and then."""
+    """8 threads and 20 tasks on a loop making spans that share a list, a dict and a lock, with
+    collections now and then."""
     shared, table, lock, stop = [], {}, threading.Lock(), time.monotonic() + seconds_ms / 1000
 
     def work(n: int) -> None:
@@ -131,7 +148,22 @@ def soak(tracer, seconds_ms: int) -> dict:
                     gc.collect()
                 n += 8
 
+    async def request(n: int) -> None:  # on a loop: the spans' own parks, charged at each task switch
+        while time.monotonic() < stop:
+            with tracer.start_as_current_span("request", attributes={"loop": True}):
+                shared.append(n)
+                with lock:
+                    shared.sort()
+                await asyncio.sleep(0)
+                if n % 3 == 0:
+                    await asyncio.to_thread(lambda: table.update({n % 64: list(table)}))
+            n += 20
+
+    async def serve() -> None:
+        await asyncio.gather(*(request(i) for i in range(20)))
+
     workers = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    workers.append(threading.Thread(target=asyncio.run, args=(serve(),)))
     for t in workers:
         t.start()
     for t in workers:
@@ -159,7 +191,8 @@ def forked(tracer, hold_ms: int) -> dict:
     return answer
 
 
-def loop(tracer, hold_ms: int) -> dict:
+def held_lock(hold_ms: int) -> tuple[threading.Lock, threading.Thread]:
+    """A lock a thread holds for hold_ms from now (the thread, to join)."""
     lock, holding = threading.Lock(), threading.Event()
 
     def hold() -> None:
@@ -167,29 +200,160 @@ def loop(tracer, hold_ms: int) -> dict:
             holding.set()
             time.sleep(hold_ms / 1000)
 
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait()
+    return lock, holder
+
+
+def wait_for(lock: threading.Lock, truth: dict) -> None:
+    """Take and drop the lock (blocking this thread: it parks), timing the wait into truth."""
+    t0 = time.monotonic_ns()
+    with lock:
+        truth["waited_ns"] = time.monotonic_ns() - t0
+
+
+RESUMED_S = 0.03  # how long the request that waits sleeps first (its wait is in a later step)
+
+
+async def ticking(tracer, seconds: float) -> None:
+    """The victim's code: a child span every 5 ms (each a charge point that leaves the victim's
+    code running on the thread: a park in a later step of another task is not the victim's only
+    because that step's switch is seen)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        await asyncio.sleep(0.005)
+        with tracer.start_as_current_span("tick"):
+            pass
+
+
+def loop(tracer, hold_ms: int, worker: bool = False) -> dict:
+    truth: dict = {}
+
     async def victim() -> None:
         with tracer.start_as_current_span("victim"):
-            await asyncio.sleep(2 * hold_ms / 1000)
+            await ticking(tracer, 2 * hold_ms / 1000)
 
     async def other() -> None:
         await asyncio.sleep(0.01)
-        with lock:  # blocks the loop's thread: it parks, in another request's code
-            pass
+        with tracer.start_as_current_span("blocked"):
+            await asyncio.sleep(RESUMED_S)
+            if worker:  # a worker thread runs it in the request's context
+                await asyncio.to_thread(wait_for, lock, truth)
+            else:
+                wait_for(lock, truth)  # blocks the loop's thread: it parks, in this request's code
 
     async def both() -> None:
         await asyncio.gather(victim(), other())
 
-    holder = threading.Thread(target=hold)
-    holder.start()
-    holding.wait()
+    lock, holder = held_lock(hold_ms + 100)  # (its wait starts later)
     asyncio.run(both())
     holder.join()
-    return {}
+    return truth
+
+
+def served(tracer, hold_ms: int) -> dict:
+    """``GET /victim`` and ``GET /blocked`` on one uvicorn server's loop, the second waiting for the lock."""
+    import http.client
+
+    import uvicorn
+    from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+
+    truth: dict = {}
+    started = threading.Event()
+
+    async def app(scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["path"] == "/victim":
+            started.set()
+            await ticking(tracer, 2 * hold_ms / 1000)
+        else:
+            await asyncio.sleep(RESUMED_S)
+            wait_for(lock, truth)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    config = uvicorn.Config(OpenTelemetryMiddleware(app, tracer_provider=_provider), host="127.0.0.1", port=0,
+                            loop="asyncio", http="h11", lifespan="off", log_level="warning")
+    server = uvicorn.Server(config)
+    serving = threading.Thread(target=server.run)
+    serving.start()
+    while not server.started:
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+
+    def get(path: str) -> None:
+        client = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        client.request("GET", path)
+        assert client.getresponse().read() == b"ok"
+
+    victim = threading.Thread(target=get, args=("/victim",))
+    victim.start()
+    started.wait()
+    lock, holder = held_lock(hold_ms + 100)  # (its wait starts later)
+    get("/blocked")
+    victim.join()
+    holder.join()
+    server.should_exit = True
+    serving.join()
+    return truth
+
+
+def greenlets(tracer, hold_ms: int) -> dict:
+    """The other greenlet starts its span and switches back to the hub, the victim's starts its
+    own and switches back; the other's, switched to again, waits for the lock (a park the victim's
+    is not charged only because that switch is seen) and ends its span; then the victim's."""
+    import greenlet
+
+    truth: dict = {}
+
+    def victim() -> None:
+        with tracer.start_as_current_span("victim"):
+            hub.switch()
+
+    def other() -> None:
+        with tracer.start_as_current_span("blocked"):
+            hub.switch()
+            wait_for(lock, truth)
+
+    hub = greenlet.getcurrent()
+    with tracer.start_as_current_span("warm-up"):  # the thread's first span sets its greenlet tracer
+        pass
+    first, second = greenlet.greenlet(victim), greenlet.greenlet(other)
+    lock, holder = held_lock(hold_ms)
+    second.switch()
+    first.switch()
+    second.switch()
+    first.switch()
+    holder.join()
+    return truth
+
+
+def reinstrumented(tracer, hold_ms: int) -> dict:
+    """A span in flight across uninstrument() and instrument() (its charges stopped meanwhile) that
+    then waits for a lock: ``victim``; a span started after, waiting again: ``after``."""
+    lock, holder = held_lock(hold_ms)
+    with tracer.start_as_current_span("victim"):
+        GilInstrumentor().uninstrument()
+        GilInstrumentor().instrument(tracer_provider=_provider, backend="inprocess")
+        truth: dict = {}
+        wait_for(lock, truth)
+    holder.join()
+    lock, holder = held_lock(hold_ms)
+    with tracer.start_as_current_span("after"):
+        wait_for(lock, truth)
+    holder.join()
+    return truth
 
 
 SCENARIOS = {
+    "reinstrumented": reinstrumented,
     "fork": forked,
     "loop": loop,
+    "to_thread": lambda tracer, hold_ms: loop(tracer, hold_ms, worker=True),
+    "uvicorn": served,
+    "greenlets": greenlets,
     "soak": soak,
     "critical_section": critical_section,
     "stop_the_world": stop_the_world,
@@ -200,11 +364,11 @@ SCENARIOS = {
 
 def main() -> None:
     scenario, hold_ms = sys.argv[1], int(sys.argv[2])
-    exporter, provider = _exporter, TracerProvider()
+    exporter, provider = _exporter, _provider
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     reader = InMemoryMetricReader()
     GilInstrumentor().instrument(tracer_provider=provider, meter_provider=MeterProvider([reader]), backend="inprocess")
-    hooked = parks.current is not None
+    hooked, contexts = parks.current is not None, parks.contexts
     truth = SCENARIOS[scenario](provider.get_tracer("parks"), hold_ms)
     parked: dict = {}  # by kind, summed over thread names
     for point in (p for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
@@ -212,10 +376,11 @@ def main() -> None:
         kind = point.attributes["cpython.park.kind"]
         parked[kind] = parked.get(kind, 0) + point.value
     GilInstrumentor().uninstrument()
+    run = type(contextvars.Context.__dict__["run"]).__name__  # the builtin's again
     spans = [{"name": s.name, "attributes": dict(s.attributes), "duration_ns": s.end_time - s.start_time,
               "events": [{"name": e.name, "attributes": dict(e.attributes), "time": e.timestamp} for e in s.events]}
              for s in exporter.get_finished_spans()]
-    print(json.dumps({"hooked": hooked, "gil": sys._is_gil_enabled(), "truth": truth, "spans": spans,
+    print(json.dumps({"hooked": hooked, "contexts": contexts, "context_run": run, "gil": sys._is_gil_enabled(), "truth": truth, "spans": spans,
                       "parked_s": parked, "wall_minus_mono": time.time_ns() - time.monotonic_ns()}))
 
 

@@ -1,0 +1,189 @@
+/* The span hooks' reads and writes through CPython's own layouts, where the generic path
+ * costs more than the rest of a span's figures: 3.11 only (its internal headers; 3.12's
+ * and 3.13's layouts differ: they take the generic path).
+ *
+ * Instance attributes (lookup, store_attr): the SDK span's, its BoundedAttributes', the
+ * registration's, the thread's. A read through PyObject_GetAttr looks the name up in the
+ * type (MRO cache), then hashes it into the type's shared keys: ~190 instructions, paid
+ * some twenty times per span. Here a small cache keyed by (type, name) keeps the name's
+ * index in the shared keys, taken where the type has no attribute of that name (nothing
+ * in the class can shadow the instance's value, nor stand in for it when absent) and no
+ * __getattribute__ or __getattr__ of its own; valid while the type's version tag is the
+ * same (CPython gives a type a new one on any change of it or its bases) and the
+ * instance's values are there (not moved into a dict of its own). Else the generic
+ * lookup, which refills it. A store goes there too where the type has no __setattr__.
+ *
+ * A span's attribute dict, empty (dict_fill_empty): a copy of a model dict of the same
+ * keys, its values replaced in place (PyDict_Update clones a dict's keys into an empty
+ * one in one pass; inserting costs ~220 instructions a key, replacing through
+ * PyDict_SetItem as much).
+ */
+#include "fastspan.h"
+
+#if PY_3_11_ONLY
+#define Py_BUILD_CORE
+#include "internal/pycore_dict.h"
+#undef Py_BUILD_CORE
+
+/* internal/pycore_object.h's (which does not build outside CPython): where the values are. */
+static inline PyDictValues **values_pointer(PyObject *obj)
+{
+	return ((PyDictValues **)obj) - 4;
+}
+
+#define SLOTS 256 /* a power of 2: the hooks read some 20 names of 5 types */
+#define PROBES 4  /* slots a (type, name) may be in, from its hash on */
+
+static struct entry {
+	PyTypeObject *type; /* compared, never dereferenced (the version tag tells a reused address) */
+	PyObject *name;
+	unsigned int version;
+	PyDictKeysObject *keys;
+	Py_ssize_t index;    /* in keys' entries, -1: not among them (then valid while their count is nentries) */
+	Py_ssize_t nentries;
+} cache[SLOTS];
+
+static inline size_t slot_of(PyTypeObject *type, PyObject *name)
+{
+	return (size_t)((((uintptr_t)type ^ (uintptr_t)name) * 0x9E3779B97F4A7C15ULL) >> 56);
+}
+
+/* The entry of (type, name), NULL if none. */
+static inline struct entry *entry_of(PyTypeObject *type, PyObject *name)
+{
+	size_t s = slot_of(type, name);
+	if (cache[s].type == type && cache[s].name == name)
+		return &cache[s];
+	for (size_t i = 1; i < PROBES; i++) {
+		struct entry *e = &cache[(s + i) & (SLOTS - 1)];
+		if (e->type == type && e->name == name)
+			return e;
+	}
+	return NULL;
+}
+
+/* The type's shared keys if obj's attributes may be read through them (its values), else NULL. */
+static inline PyDictKeysObject *shared_keys(PyObject *obj, PyTypeObject *type)
+{
+	if (!(type->tp_flags & Py_TPFLAGS_MANAGED_DICT) || !(type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) ||
+	    type->tp_getattro != PyObject_GenericGetAttr || *values_pointer(obj) == NULL)
+		return NULL;
+	PyDictKeysObject *keys = ((PyHeapTypeObject *)type)->ht_cached_keys;
+	return keys != NULL && keys->dk_kind == DICT_KEYS_SPLIT ? keys : NULL;
+}
+
+/* obj's values, if its type's entry e still says where a name is in them; else NULL. */
+static inline PyDictValues *values_at(PyObject *obj, PyTypeObject *type, const struct entry *e)
+{
+	if (e == NULL || e->version != type->tp_version_tag) /* 0 after any change of the type: never cached */
+		return NULL;
+	PyDictValues *values = *values_pointer(obj); /* (a type of managed dict: its version says it is the same) */
+	return values != NULL && ((PyHeapTypeObject *)type)->ht_cached_keys == e->keys ? values : NULL;
+}
+
+/* Remember where name is for type's instances, if nothing in the type has that name. */
+static void fill(PyObject *obj, PyObject *name)
+{
+	PyTypeObject *type = Py_TYPE(obj);
+	if (!PyUnicode_CheckExact(name) || _PyType_Lookup(type, name) != NULL) /* (gives the type a version tag) */
+		return;
+	PyDictKeysObject *keys = shared_keys(obj, type);
+	if (keys == NULL)
+		return;
+	Py_ssize_t index = -1, hash = PyObject_Hash(name);
+	PyDictUnicodeEntry *entries = DK_UNICODE_ENTRIES(keys);
+	for (Py_ssize_t i = 0; i < keys->dk_nentries && index < 0; i++) {
+		PyObject *key = entries[i].me_key;
+		if (key == name || (key != NULL && PyUnicode_CheckExact(key) && PyObject_Hash(key) == hash &&
+				    PyUnicode_Compare(key, name) == 0))
+			index = i;
+	}
+	struct entry *e = entry_of(type, name);
+	size_t s = slot_of(type, name);
+	for (size_t i = 0; e == NULL && i < PROBES; i++)
+		if (cache[(s + i) & (SLOTS - 1)].type == NULL)
+			e = &cache[(s + i) & (SLOTS - 1)];
+	if (e == NULL)
+		e = &cache[s]; /* all taken: this one goes */
+	*e = (struct entry){type, name, type->tp_version_tag, keys, index, keys->dk_nentries};
+}
+#endif
+
+PyObject *lookup(PyObject *obj, PyObject *name)
+{
+#if PY_3_11_ONLY
+	PyTypeObject *type = Py_TYPE(obj);
+	const struct entry *e = entry_of(type, name);
+	PyDictValues *values = values_at(obj, type, e);
+	if (values != NULL) {
+		if (e->index >= 0) {
+			PyObject *value = values->values[e->index];
+			Py_XINCREF(value);
+			return value; /* NULL: not set on obj, and not in its type */
+		}
+		if (e->keys->dk_nentries == e->nentries)
+			return NULL; /* no instance of the type has it: obj neither */
+	}
+#endif
+	PyObject *value = NULL;
+#if PY_3_13_OR_LATER
+	PyObject_GetOptionalAttr(obj, name, &value);
+#else
+	_PyObject_LookupAttr(obj, name, &value);
+#endif
+#if PY_3_11_ONLY
+	if (!PyErr_Occurred())
+		fill(obj, name);
+#endif
+	return value;
+}
+
+int store_attr(PyObject *obj, PyObject *name, PyObject *value)
+{
+#if PY_3_11_ONLY
+	PyTypeObject *type = Py_TYPE(obj);
+	const struct entry *e = entry_of(type, name);
+	PyDictValues *values = values_at(obj, type, e);
+	if (values != NULL && e->index >= 0 && type->tp_setattro == PyObject_GenericSetAttr) {
+		/* as 3.11's _PyObject_StoreInstanceAttribute with the name's index known */
+		PyObject *old = values->values[e->index];
+		Py_INCREF(value);
+		values->values[e->index] = value;
+		if (old == NULL)
+			_PyDictValues_AddToInsertionOrder(values, e->index);
+		else
+			Py_DECREF(old);
+		return 0;
+	}
+#endif
+	return PyObject_SetAttr(obj, name, value);
+}
+
+int dict_fill_empty(PyObject *dict, PyObject *model, PyObject *const *keys, PyObject *const *values, Py_ssize_t n)
+{
+#if PY_3_11_ONLY
+	PyDictObject *mp = (PyDictObject *)model;
+	if (mp->ma_used == 0) {
+		for (Py_ssize_t i = 0; i < n; i++)
+			if (PyDict_SetItem(model, keys[i], values[i]))
+				return -1;
+	} else {
+		PyDictKeysObject *k = mp->ma_keys;
+		if (mp->ma_values != NULL || k->dk_kind != DICT_KEYS_UNICODE || k->dk_nentries != n || mp->ma_used != n)
+			return 0;
+		PyDictUnicodeEntry *entries = DK_UNICODE_ENTRIES(k);
+		for (Py_ssize_t i = 0; i < n; i++)
+			if (entries[i].me_key != keys[i])
+				return 0;
+		for (Py_ssize_t i = 0; i < n; i++) {
+			PyObject *old = entries[i].me_value;
+			Py_INCREF(values[i]);
+			entries[i].me_value = values[i];
+			Py_DECREF(old);
+		}
+	}
+	return PyDict_Update(dict, model) ? -1 : 1;
+#else
+	return 0;
+#endif
+}

@@ -1,0 +1,335 @@
+/* What both charge-point modules share: context_switches.c (each span's own GIL time, default
+ * builds) and park_contexts.c (its own parked time, free-threaded builds).
+ *   - a thread's Charges: kept in its thread state's dict (gone with the thread), cached in TLS;
+ *     and the check, at a span's start or end, for a context entered behind the hooks' back;
+ *   - contextvars.Context.run, replaced in the type: stdlib loops run every task step and
+ *     callback through it (Handle._run), and so do to_thread, anyio and asgiref workers;
+ *   - greenlet.settrace's callback, set per thread (chaining the tracer there was).
+ * Both are charge points: on entering a context (whose code runs then is looked up in it),
+ * on leaving it (what ran before runs again), at a greenlet switch.
+ *
+ * The includer defines, before including this: SWITCH_HOOKS_MODULE (its module's name, naming
+ * the types), SWITCH_TRACKING (an expression: whether the charge points charge now),
+ * SWITCH_RUNNING (the type of what runs: a span's accumulator), SWITCH_CURRENT (its function
+ * `SWITCH_RUNNING *(Charges *)`: the accumulator of the span current in the thread's context, a
+ * new reference) and SWITCH_UNSEEN (the accumulator flag of a switch unseen); its Charges type
+ * (fields owner, running, context, unseen), ChargesType, `here` (TLS: tstate, charges) and
+ * s_charges_key; and, anywhere in the file, `flag_chain(SWITCH_RUNNING *, uint32_t)` and
+ * `switched(Charges *, SWITCH_RUNNING *next, int look_up)` (a charge point, after which `next`,
+ * stolen, runs, or with look_up whoever is current in the context).
+ * Nothing here needs the GIL: Context's dict is changed under the includer's own serialisation
+ * (the GIL, or a lock), and a tracer, a Charges and its TLS belong to one thread.
+ */
+#ifndef OTEL_GIL_SWITCH_HOOKS_H
+#define OTEL_GIL_SWITCH_HOOKS_H
+
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <structmember.h>
+
+#include "py_versions.h"
+
+#if !defined(SWITCH_HOOKS_MODULE) || !defined(SWITCH_TRACKING) || !defined(SWITCH_RUNNING) || \
+	!defined(SWITCH_CURRENT) || !defined(SWITCH_UNSEEN)
+#error "define SWITCH_HOOKS_MODULE, SWITCH_TRACKING, SWITCH_RUNNING, SWITCH_CURRENT and SWITCH_UNSEEN first"
+#endif
+
+#define SWITCH_UNUSED __attribute__((unused)) /* (3.14+ default builds need no Context.run) */
+
+static PyObject *s_switch_run, *s_switch_settrace, *s_switch_greenlet;
+
+static void switched(Charges *tc, SWITCH_RUNNING *next, int look_up);
+static SWITCH_RUNNING *SWITCH_CURRENT(Charges *tc);
+static void flag_chain(SWITCH_RUNNING *a, uint32_t flag);
+
+/* ---------------------------------------------------------------- per thread */
+
+/* The calling thread's Charges (borrowed), NULL with an error if it cannot have one. */
+static Charges *charges_here(void)
+{
+	PyThreadState *ts = PyThreadState_Get();
+	if (here.tstate == ts && here.charges != NULL)
+		return here.charges;
+	PyObject *dict = PyThreadState_GetDict(); /* borrowed; this thread's only */
+	if (dict == NULL) {
+		PyErr_SetString(PyExc_RuntimeError, "no thread state dict");
+		return NULL;
+	}
+	PyObject *found = NULL;
+#if PY_3_13_OR_LATER
+	if (PyDict_GetItemRef(dict, s_charges_key, &found) < 0)
+		return NULL;
+#else
+	if ((found = PyDict_GetItemWithError(dict, s_charges_key)) == NULL && PyErr_Occurred())
+		return NULL;
+	Py_XINCREF(found);
+#endif
+	if (found == NULL || !Py_IS_TYPE(found, &ChargesType)) {
+		Py_XDECREF(found);
+		Charges *made = PyObject_New(Charges, &ChargesType);
+		if (made == NULL)
+			return NULL;
+		memset((char *)made + sizeof(PyObject), 0, sizeof(Charges) - sizeof(PyObject));
+		made->owner = (void *)&here;
+		if (PyDict_SetItem(dict, s_charges_key, (PyObject *)made)) {
+			Py_DECREF(made);
+			return NULL;
+		}
+		found = (PyObject *)made;
+	}
+	Py_DECREF(found); /* the thread state's dict keeps it */
+	here.tstate = ts;
+	here.charges = (Charges *)found;
+	return here.charges;
+}
+
+/* The context current now is the one the last charge point saw. */
+static void believe(Charges *tc)
+{
+	PyObject *ctx = PyThreadState_Get()->context;
+	if (ctx != tc->context) {
+		Py_XINCREF(ctx);
+		Py_XSETREF(tc->context, ctx);
+	}
+}
+
+/* At a span's start or end: a context entered behind the hooks' back, whose span is not the
+ * running one, means the charges since went to the wrong span: the thread is marked for good. */
+static void check_unseen(Charges *tc)
+{
+	PyObject *ctx = PyThreadState_Get()->context;
+	if (tc->context == NULL || ctx == NULL || ctx == tc->context)
+		return;
+	SWITCH_RUNNING *there = SWITCH_CURRENT(tc);
+	if (there != tc->running) {
+		tc->unseen = 1;
+		flag_chain(tc->running, SWITCH_UNSEEN);
+		flag_chain(there, SWITCH_UNSEEN);
+	}
+	Py_XDECREF(there);
+}
+
+/* ---------------------------------------------------------------- Context.run */
+
+typedef struct {
+	PyObject_HEAD
+	vectorcallfunc vectorcall;
+	PyObject *original; /* the method it replaced */
+} ContextRun;
+
+static PyObject *ContextRun_vectorcall(ContextRun *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+	Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+	Charges *tc;
+	if (!(SWITCH_TRACKING) || nargs < 2 || !PyContext_CheckExact(args[0]) || (tc = charges_here()) == NULL) {
+		PyErr_Clear();
+		return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+	}
+	PyObject *ctx = args[0];
+	if (PyContext_Enter(ctx))
+		return NULL;
+	SWITCH_RUNNING *before = tc->running;
+	Py_XINCREF(before);
+	switched(tc, NULL, 1);
+	PyObject *result = PyObject_Vectorcall(args[1], args + 2, (size_t)(nargs - 2), kwnames);
+	if (PyContext_Exit(ctx))
+		Py_CLEAR(result);
+	PyObject *type = NULL, *value = NULL, *traceback = NULL;
+	if (result == NULL)
+		PyErr_Fetch(&type, &value, &traceback);
+	if ((tc = charges_here()) != NULL)
+		switched(tc, before, 0);
+	else
+		Py_XDECREF(before);
+	PyErr_Clear();
+	if (result == NULL)
+		PyErr_Restore(type, value, traceback);
+	return result;
+}
+
+static void ContextRun_dealloc(ContextRun *self)
+{
+	Py_XDECREF(self->original);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* tp_descr_get of Context.run's replacement (Py_TPFLAGS_METHOD_DESCRIPTOR): bound to an
+ * instance, itself on the class. */
+static PyObject *bind_context_run(PyObject *self, PyObject *obj, PyObject *type)
+{
+	if (obj == NULL || obj == Py_None) {
+		Py_INCREF(self);
+		return self;
+	}
+	return PyMethod_New(self, obj);
+}
+
+static PyMemberDef ContextRun_members[] = {
+	{"__wrapped__", T_OBJECT, offsetof(ContextRun, original), READONLY, "the Context.run this replaced"},
+	{NULL},
+};
+
+static PyTypeObject ContextRunType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = SWITCH_HOOKS_MODULE ".ContextRun",
+	.tp_basicsize = sizeof(ContextRun),
+	.tp_dealloc = (destructor)ContextRun_dealloc,
+	.tp_vectorcall_offset = offsetof(ContextRun, vectorcall),
+	.tp_call = PyVectorcall_Call,
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_METHOD_DESCRIPTOR | Py_TPFLAGS_HAVE_VECTORCALL,
+	.tp_doc = "run(callable, *args, **kwargs): contextvars.Context.run with a charge point on entering and "
+		  "leaving the context (otel_gil: each span's own figures).",
+	.tp_members = ContextRun_members,
+	.tp_descr_get = bind_context_run,
+};
+
+static ContextRun *context_run; /* in Context's dict while hooked */
+
+static PyObject *context_dict(void)
+{
+#if PY_3_12_OR_LATER
+	return PyType_GetDict(&PyContext_Type); /* static builtin types keep theirs per interpreter */
+#else
+	Py_XINCREF(PyContext_Type.tp_dict);
+	return PyContext_Type.tp_dict;
+#endif
+}
+
+/* Put a ContextRun in Context.run's place (once); -1 with an error where there is none to replace. */
+static SWITCH_UNUSED int hook_context_run(void)
+{
+	if (context_run != NULL)
+		return 0;
+	PyObject *dict = context_dict(), *original = NULL;
+#if PY_3_13_OR_LATER
+	if (dict != NULL && PyDict_GetItemRef(dict, s_switch_run, &original) < 0)
+		PyErr_Clear();
+#else
+	original = dict ? PyDict_GetItemWithError(dict, s_switch_run) : NULL;
+	Py_XINCREF(original);
+#endif
+	ContextRun *hook = original ? PyObject_New(ContextRun, &ContextRunType) : NULL;
+	int failed = hook == NULL;
+	if (!failed) {
+		hook->vectorcall = (vectorcallfunc)ContextRun_vectorcall;
+		hook->original = original;
+		original = NULL;
+		failed = PyDict_SetItem(dict, s_switch_run, (PyObject *)hook);
+		if (failed)
+			Py_DECREF(hook);
+		else
+			context_run = hook;
+		PyType_Modified(&PyContext_Type);
+	}
+	if (failed && !PyErr_Occurred())
+		PyErr_SetString(PyExc_RuntimeError, "contextvars.Context has no run method to hook");
+	Py_XDECREF(original);
+	Py_XDECREF(dict);
+	return failed ? -1 : 0;
+}
+
+/* Put the original Context.run back (bound methods made from the hook still run the original). */
+static SWITCH_UNUSED void unhook_context_run(void)
+{
+	if (context_run == NULL)
+		return;
+	PyObject *dict = context_dict();
+	if (dict == NULL || PyDict_SetItem(dict, s_switch_run, context_run->original))
+		PyErr_Clear();
+	PyType_Modified(&PyContext_Type);
+	Py_XDECREF(dict);
+	Py_CLEAR(context_run);
+}
+
+/* ---------------------------------------------------------------- greenlets */
+
+/* greenlet.settrace's callback for one thread: each switch is a charge point, then the
+ * previous tracer (the app's), if any. */
+typedef struct {
+	PyObject_HEAD
+	vectorcallfunc vectorcall;
+	PyObject *previous;
+} Tracer;
+
+static PyObject *Tracer_vectorcall(Tracer *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+	if (SWITCH_TRACKING) {
+		Charges *tc = charges_here();
+		if (tc != NULL)
+			switched(tc, NULL, 1);
+		PyErr_Clear(); /* a tracer error would turn the switch into a throw */
+	}
+	if (self->previous != NULL)
+		return PyObject_Vectorcall(self->previous, args, nargsf, kwnames);
+	Py_RETURN_NONE;
+}
+
+static void Tracer_dealloc(Tracer *self)
+{
+	Py_XDECREF(self->previous);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject TracerType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = SWITCH_HOOKS_MODULE ".GreenletTracer",
+	.tp_basicsize = sizeof(Tracer),
+	.tp_dealloc = (destructor)Tracer_dealloc,
+	.tp_vectorcall_offset = offsetof(Tracer, vectorcall),
+	.tp_call = PyVectorcall_Call,
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+	.tp_doc = "greenlet.settrace callback: every greenlet switch is a charge point (then the previous tracer).",
+};
+
+/* Trace the calling thread's greenlet switches once greenlet is loaded: its tracer into *tracer
+ * (NULL until then). Looked for again only where sys.modules changed size since *modules. */
+static void trace_greenlets(Py_ssize_t *modules, PyObject **tracer)
+{
+	PyObject *loaded = PyImport_GetModuleDict(), *greenlet = NULL;
+	if (!PyDict_Check(loaded) || PyDict_GET_SIZE(loaded) == *modules)
+		return;
+	*modules = PyDict_GET_SIZE(loaded);
+#if PY_3_13_OR_LATER
+	if (PyDict_GetItemRef(loaded, s_switch_greenlet, &greenlet) <= 0) {
+#else
+	if ((greenlet = PyDict_GetItemWithError(loaded, s_switch_greenlet)) == NULL) {
+#endif
+		PyErr_Clear();
+		return;
+	}
+#if !PY_3_13_OR_LATER
+	Py_INCREF(greenlet);
+#endif
+	Tracer *made = PyObject_New(Tracer, &TracerType);
+	if (made != NULL) {
+		made->vectorcall = (vectorcallfunc)Tracer_vectorcall;
+		made->previous = NULL;
+		PyObject *previous = PyObject_CallMethodOneArg(greenlet, s_switch_settrace, (PyObject *)made);
+		if (previous != NULL && previous != Py_None && !Py_IS_TYPE(previous, &TracerType))
+			made->previous = previous;
+		else
+			Py_XDECREF(previous);
+		if (previous != NULL)
+			*tracer = (PyObject *)made;
+		else
+			Py_DECREF(made);
+	}
+	Py_DECREF(greenlet);
+	PyErr_Clear();
+}
+
+/* At the module's init: the names and types above; -1 with an error. */
+static int switch_hooks_init(void)
+{
+	if (s_switch_run != NULL) /* (a module executed again) */
+		return 0;
+	if ((s_switch_run = PyUnicode_InternFromString("run")) == NULL ||
+	    (s_switch_settrace = PyUnicode_InternFromString("settrace")) == NULL ||
+	    (s_switch_greenlet = PyUnicode_InternFromString("greenlet")) == NULL)
+		return -1;
+	return PyType_Ready(&ContextRunType) || PyType_Ready(&TracerType);
+}
+
+#endif

@@ -1,0 +1,64 @@
+/* otel_gil/cpython_layouts.c's lookup, store_attr and dict_fill_empty, callable from Python:
+ * the C side of tests/unit/test_cpython_layouts.py, which compiles this module with it (test-only).
+ */
+#include "fastspan.h"
+
+static PyObject *absent; /* what lookup_attr returns where lookup found nothing */
+
+static PyObject *checks_lookup(PyObject *module, PyObject *args)
+{
+	PyObject *obj, *name;
+	if (!PyArg_ParseTuple(args, "OU", &obj, &name))
+		return NULL;
+	PyObject *value = lookup(obj, name);
+	if (value == NULL && !PyErr_Occurred()) {
+		Py_INCREF(absent);
+		return absent;
+	}
+	return value;
+}
+
+static PyObject *checks_store(PyObject *module, PyObject *args)
+{
+	PyObject *obj, *name, *value;
+	if (!PyArg_ParseTuple(args, "OUO", &obj, &name, &value) || store_attr(obj, name, value))
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+static PyObject *checks_fill_empty(PyObject *module, PyObject *args)
+{
+	PyObject *dict, *model, *keys, *values;
+	if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyDict_Type, &dict, &PyDict_Type, &model, &PyTuple_Type, &keys,
+			      &PyTuple_Type, &values) || PyTuple_GET_SIZE(keys) != PyTuple_GET_SIZE(values))
+		return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "as many keys as values");
+	int rc = dict_fill_empty(dict, model, &PyTuple_GET_ITEM(keys, 0), &PyTuple_GET_ITEM(values, 0),
+				 PyTuple_GET_SIZE(keys));
+	return rc < 0 ? NULL : PyLong_FromLong(rc);
+}
+
+static PyMethodDef methods[] = {
+	{"fill_empty", checks_fill_empty, METH_VARARGS,
+	 "fill_empty(dict, model, keys, values): dict_fill_empty's 1 (filled) or 0 (the caller inserts)."},
+	{"store", checks_store, METH_VARARGS, "store(obj, name, value): setattr(obj, name, value) as the C span hooks do."},
+	{"lookup", checks_lookup, METH_VARARGS,
+	 "lookup(obj, name): getattr(obj, name, ABSENT) as the C span hooks read it (name: an interned str)."},
+	{NULL},
+};
+
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "layout_checks", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit_layout_checks(void)
+{
+	PyObject *m = PyModule_Create(&module_def);
+	absent = PyUnicode_InternFromString("<absent>");
+	if (m == NULL || absent == NULL)
+		return NULL;
+	Py_INCREF(absent);
+	if (PyModule_AddObject(m, "ABSENT", absent)) {
+		Py_DECREF(absent);
+		Py_DECREF(m);
+		return NULL;
+	}
+	return m;
+}
