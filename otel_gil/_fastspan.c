@@ -24,7 +24,9 @@ unsigned long forks;
 
 static void count_fork(void) { forks++; }
 
-__thread struct thread_slot tls = {NULL, -1, 0, 0, -1};
+/* initial-exec (here, in thread_names.c and context_switches.c too): a fixed offset from the
+ * thread pointer, no __tls_get_addr call per access (~90 bytes of glibc's static TLS reserve). */
+__thread __attribute__((tls_model("initial-exec"))) struct thread_slot tls = {NULL, -1, 0, 0, -1};
 
 /* Interned attribute names and attribute keys, made when the module loads. */
 PyObject *s_start_attr, *s_active, *s_private_name, *s_public_name, *s_thread_key;

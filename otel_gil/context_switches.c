@@ -43,9 +43,13 @@ static PyObject *s_charges_key, *s_parent, *s_context, *s_name, *s_asyncio_event
 
 /* ---------------------------------------------------------------- per thread */
 
+/* Who ran from when: the span's id and name, not its Start (a Start held here would be
+ * released 1,024 switches later, cold, with its parents and the rest). */
 struct switch_entry {
 	uint64_t at_ns;
-	Start *running;
+	uint64_t span_id;
+	PyObject *name; /* NULL: no span's code, or a span without a name */
+	int someone;    /* a span's code ran */
 };
 
 #define SEEN_LEN 16 /* OpenTelemetry contexts a thread remembers the span's Start of (a power of 2) */
@@ -77,7 +81,7 @@ typedef struct {
 	struct seen seen[SEEN_LEN]; /* by the context's address: a switch back finds its Start here */
 } Charges;
 
-static __thread struct {
+static __thread __attribute__((tls_model("initial-exec"))) struct {
 	PyThreadState *tstate;
 	Charges *charges;
 } here;
@@ -95,7 +99,7 @@ static void Charges_dealloc(Charges *self)
 	Py_XDECREF(self->tracer);
 	if (self->log != NULL) {
 		for (int i = 0; i < LOG_LEN; i++)
-			Py_XDECREF(self->log[i].running);
+			Py_XDECREF(self->log[i].name);
 		PyMem_Free(self->log);
 	}
 	for (int i = 0; i < SEEN_LEN; i++) {
@@ -212,8 +216,13 @@ static void run(Charges *tc, Start *next, uint64_t now)
 	if (tc->log != NULL) {
 		struct switch_entry *e = &tc->log[tc->logged++ & (LOG_LEN - 1)];
 		e->at_ns = now;
-		Py_XINCREF(next);
-		Py_XSETREF(e->running, next);
+		e->span_id = next ? next->span_id : 0;
+		e->someone = next != NULL;
+		PyObject *name = next ? next->name : NULL;
+		if (name != e->name) {
+			Py_XINCREF(name);
+			Py_XSETREF(e->name, name);
+		}
 	}
 	Py_XDECREF(old);
 }
@@ -253,9 +262,19 @@ static Start *current_start(Charges *tc)
 	return start;
 }
 
-/* A switch seen by a hook: charge what ran, then whose code runs in the context now current. */
+/* A switch seen by a hook: charge what ran, then whose code runs in the context now current.
+ * Where that is the code that ran (the same span's, or no span's), nothing is charged or
+ * logged: the next charge point charges the whole stretch to it, as these would have. */
 static void switched(Charges *tc, Start *next /* stolen; NULL: look it up */, int look_up)
 {
+	if (look_up)
+		next = current_start(tc);
+	tc->switches++;
+	if (next == tc->running && tc->log != NULL) {
+		Py_XDECREF(next);
+		believe(tc);
+		return;
+	}
 	struct counters c;
 	uint64_t now = 0;
 	if (counters_now(tc, &c, &now) == 1)
@@ -264,8 +283,7 @@ static void switched(Charges *tc, Start *next /* stolen; NULL: look it up */, in
 		now = clock_ns(CLOCK_MONOTONIC);
 	if (tc->log == NULL && (tc->log = PyMem_Calloc(LOG_LEN, sizeof(struct switch_entry))) == NULL)
 		PyErr_Clear(); /* no blame by request on this thread, figures unaffected */
-	run(tc, look_up ? current_start(tc) : next, now);
-	tc->switches++;
+	run(tc, next, now);
 	believe(tc);
 }
 
@@ -406,22 +424,57 @@ void context_start(Hooks *hooks, Start *start, PyObject *span)
 	believe(tc);
 }
 
+/* The Charges of the interpreter's thread with kernel tid `tid` that logs its switches (borrowed), or NULL. */
+static Charges *switching_thread(unsigned long tid)
+{
+	PyInterpreterState *interp = PyThreadState_GetInterpreter(PyThreadState_Get());
+	for (PyThreadState *t = PyInterpreterState_ThreadHead(interp); t != NULL; t = PyThreadState_Next(t)) {
+		PyObject *found = t->dict ? PyDict_GetItemWithError(t->dict, s_charges_key) : NULL;
+		if (found == NULL)
+			PyErr_Clear();
+		else if (Py_IS_TYPE(found, &ChargesType) && ((Charges *)found)->tid == tid && ((Charges *)found)->log)
+			return (Charges *)found;
+	}
+	return NULL;
+}
+
+/* The span `start` is named `name` from now on: so are its entries in the switch log (back to its start). */
+static void rename_logged(Charges *tc, const Start *start, PyObject *name)
+{
+	if (tc->log == NULL)
+		return;
+	uint64_t oldest = tc->logged > LOG_LEN ? tc->logged - LOG_LEN : 0;
+	for (uint64_t i = tc->logged; i > oldest; i--) {
+		struct switch_entry *e = &tc->log[(i - 1) & (LOG_LEN - 1)];
+		if (e->at_ns < (uint64_t)start->mono_ns)
+			break;
+		if (e->someone && e->span_id == start->span_id && e->name == start->name) {
+			Py_INCREF(name);
+			Py_XSETREF(e->name, name);
+		}
+	}
+}
+
 /* A tracked span ends on this thread: charge what ran until now, then what ran before
  * it runs again. Before its figures are read (they are at or after this instant). */
 void context_end(Start *start, PyObject *span)
 {
-	PyObject *name = lookup(span, s_name); /* blame names it as it ends (a server span gets its route late) */
-	if (name != NULL && name != start->name)
-		Py_XSETREF(start->name, name);
-	else
-		Py_XDECREF(name);
-	clear_error();
 	Charges *tc = charges_here();
 	if (tc == NULL) {
 		clear_error();
 		Py_CLEAR(start->prev_running);
 		return;
 	}
+	PyObject *name = lookup(span, s_name); /* blame names it as it ends (a server span gets its route late) */
+	if (name != NULL && name != start->name) {
+		Charges *home = tc->tid == start->home_tid ? tc : switching_thread(start->home_tid);
+		if (home != NULL)
+			rename_logged(home, start, name);
+		Py_XSETREF(start->name, name);
+	} else {
+		Py_XDECREF(name);
+	}
+	clear_error();
 	struct counters c;
 	uint64_t now = 0;
 	if (counters_now(tc, &c, &now) == 1) {
@@ -536,20 +589,6 @@ PyObject *contexts_untrack(PyObject *module, PyObject *unused)
 	Py_RETURN_NONE;
 }
 
-/* The Charges of the interpreter's thread with kernel tid `tid` that logs its switches (borrowed), or NULL. */
-static Charges *switching_thread(unsigned long tid)
-{
-	PyInterpreterState *interp = PyThreadState_GetInterpreter(PyThreadState_Get());
-	for (PyThreadState *t = PyInterpreterState_ThreadHead(interp); t != NULL; t = PyThreadState_Next(t)) {
-		PyObject *found = t->dict ? PyDict_GetItemWithError(t->dict, s_charges_key) : NULL;
-		if (found == NULL)
-			PyErr_Clear();
-		else if (Py_IS_TYPE(found, &ChargesType) && ((Charges *)found)->tid == tid && ((Charges *)found)->log)
-			return (Charges *)found;
-	}
-	return NULL;
-}
-
 #define TALLY 32
 
 /* _fastspan.held_by(tid, start_ns, end_ns): on a thread whose contexts switch (an event loop, a
@@ -571,7 +610,8 @@ PyObject *contexts_held_by(PyObject *module, PyObject *const *args, Py_ssize_t n
 	if (tc == NULL)
 		Py_RETURN_NONE;
 	struct {
-		Start *who;
+		uint64_t span_id;
+		PyObject *name;
 		uint64_t ns;
 	} tally[TALLY];
 	int n = 0;
@@ -583,15 +623,15 @@ PyObject *contexts_held_by(PyObject *module, PyObject *const *args, Py_ssize_t n
 		until = e->at_ns;
 		if (to <= from)
 			continue;
-		if (e->running == NULL) {
+		if (!e->someone) {
 			nobody += to - from;
 			continue;
 		}
 		int k = 0;
-		while (k < n && tally[k].who != e->running)
+		while (k < n && (tally[k].span_id != e->span_id || tally[k].name != e->name))
 			k++;
 		if (k == n && n < TALLY)
-			tally[n++] = (typeof(tally[0])){e->running, 0};
+			tally[n++] = (typeof(tally[0])){e->span_id, e->name, 0};
 		if (k < n)
 			tally[k].ns += to - from;
 	}
@@ -599,13 +639,13 @@ PyObject *contexts_held_by(PyObject *module, PyObject *const *args, Py_ssize_t n
 		nobody += (until < end ? until : end) - start;
 	int best = -1;
 	for (int k = 0; k < n; k++)
-		if (tally[k].who->name != NULL && (best < 0 || tally[k].ns > tally[best].ns))
+		if (tally[k].name != NULL && (best < 0 || tally[k].ns > tally[best].ns))
 			best = k;
 	if (best < 0 || tally[best].ns <= nobody) /* mostly no span's code: name none rather than a bystander */
 		return PyTuple_New(0);
 	char id[17];
-	PyOS_snprintf(id, sizeof(id), "%016llx", (unsigned long long)tally[best].who->span_id);
-	return Py_BuildValue("(Os)", tally[best].who->name, id);
+	PyOS_snprintf(id, sizeof(id), "%016llx", (unsigned long long)tally[best].span_id);
+	return Py_BuildValue("(Os)", tally[best].name, id);
 }
 
 int contexts_init(PyObject *module)

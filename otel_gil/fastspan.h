@@ -118,7 +118,7 @@ struct thread_slot {
 	pid_t tid;
 	long index;
 };
-extern HIDDEN __thread struct thread_slot tls;
+extern HIDDEN __thread __attribute__((tls_model("initial-exec"))) struct thread_slot tls;
 
 /* Interned by _fastspan.c: "_otel_gil_start" (where a span keeps its Start), and what
  * thread_names.c looks up: threading._active, Thread._name and .name, and its cache's key. */

@@ -6,7 +6,7 @@
 /* The OS thread's pair in its thread state's dict as last found there (borrowed): valid while
  * that thread state is (ids never reused: of the thread state, of its interpreter) and the
  * ident is (not a fork's child). */
-static __thread struct {
+static __thread __attribute__((tls_model("initial-exec"))) struct {
 	uint64_t tstate_id;
 	int64_t interp_id;
 	unsigned long ident;
