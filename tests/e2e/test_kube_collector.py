@@ -2,7 +2,7 @@
 chart's collector half installed with helm (its namespace PodSecurity privileged, hostPID), the
 collector image loaded from the engine; its Pod goes Ready by its own ``--probe``. An app Pod on
 its socket (app-pod.yaml's read-only hostPath, ``supplementalGroups`` = ``--socket-group``'s
-numeric GID) connects to it but does not register yet (xfail: why in its reason)."""
+numeric GID) connects to it but is not registered yet (xfail: why in its reason)."""
 
 from __future__ import annotations
 
@@ -158,9 +158,9 @@ def test_collector_pod_ready_with_host_pid(daemonset):
     assert probe == "", probe
 
 
-@pytest.mark.xfail(strict=True, reason="on the cluster the app's registration ends in internal_error, '[Errno 1] "
-                   "Operation not permitted' on the app's side (OTEL_GIL_BACKEND=collector shows it; auto falls back "
-                   "in-process quietly): the collector never logs the worker registered")
+@pytest.mark.xfail(strict=True, reason="the collector's uprobe on the app Pod's process is refused as a perf event "
+                   "and bcc falls back to tracefs, which the Pod has not: 'create_probe_event: open(/sys/kernel/"
+                   "tracing/uprobe_events): No such file or directory'; the worker never registers (auto: in-process)")
 def test_app_pod_gets_the_collectors_figures(app, daemonset):
     """The app Pod (uid 10001, the socket's group by supplementalGroups, the mount read-only)
     registers its gunicorn worker with the collector, which names the worker's host pid; its
