@@ -12,6 +12,7 @@ import base64
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -103,6 +104,13 @@ def install() -> None:
     cluster.kubectl("apply", "--server-side", "-f", "-",
                     stdin=yaml.safe_dump_all(manifests(source())).encode(), timeout=300)
     cluster.kubectl("-n", NAMESPACE, "rollout", "status", f"deployment/{NAME}", "--timeout=180s", timeout=200)
+    # The apiserver calls the webhook at its Service's endpoints, which lag the rollout: "no endpoints available".
+    deadline = time.monotonic() + 60
+    while not cluster.kubectl("-n", NAMESPACE, "get", "endpointslices", "-l", f"kubernetes.io/service-name={SERVICE}",
+                              "-o", "jsonpath={.items[*].endpoints[?(@.conditions.ready==true)].addresses}").strip():
+        if time.monotonic() > deadline:
+            raise cluster.ClusterError(f"the Service {SERVICE} has no ready endpoint 60 s after the rollout")
+        time.sleep(0.5)
     print(f"kube-operator: the OpenTelemetry Operator {VERSION} serves its webhooks")
 
 

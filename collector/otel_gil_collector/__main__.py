@@ -146,7 +146,7 @@ def fd_budget(max_processes: int, log: logging.Logger) -> int:
 def probe(path: str) -> int:
     """0 if a collector accepts on ``path`` and a uprobe opens here, else 1 with why on stderr."""
     why = None
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn:  # the collector's type (server.py)
         conn.settimeout(2)
         try:
             conn.connect(path)  # closed before its hello: the collector drops it without a word

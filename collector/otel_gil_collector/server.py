@@ -79,9 +79,11 @@ def _peercred(conn: socket.socket) -> tuple[int, int]:
 def _alive(pidfd: int) -> bool:
     try:
         signal.pidfd_send_signal(pidfd, 0)
-        return True
     except ProcessLookupError:
         return False
+    except PermissionError:  # alive, another uid's, and no CAP_KILL here (the DaemonSet drops it)
+        pass
+    return True
 
 
 def _check_identity(pid: int, uid: int, pidfd: int, connected_before: float) -> None:

@@ -110,14 +110,20 @@ def test_deployment_runs_on_the_node(node):
 @pytest.fixture(scope="module")
 def instrumented_namespace(node):
     """The Operator, and the chart's Instrumentation in a namespace that enforces PodSecurity restricted."""
+    instrument(APPS_NAMESPACE, "restricted")
+    return APPS_NAMESPACE
+
+
+def instrument(namespace: str, level: str, *values: str) -> None:
+    """The Operator, and the chart's Instrumentation (helm ``values`` too) in ``namespace``, which
+    enforces PodSecurity ``level``."""
     try:
         operator.install()
     except cluster.ClusterError as exc:
         pytest.fail(str(exc))
-    labels = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn")}
-    apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": APPS_NAMESPACE, "labels": labels}})
-    helm_install("otel-gil", APPS_NAMESPACE, "collector.enabled=false", f"instrumentation.image={PYTHON_IMAGE}")
-    return APPS_NAMESPACE
+    labels = {f"pod-security.kubernetes.io/{mode}": level for mode in ("enforce", "warn")}
+    apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": labels}})
+    helm_install("otel-gil", namespace, "collector.enabled=false", f"instrumentation.image={PYTHON_IMAGE}", *values)
 
 
 def helm_install(release: str, namespace: str, *values: str) -> None:

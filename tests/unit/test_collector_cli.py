@@ -39,11 +39,12 @@ def test_probe_says_no_collector_answers(tmp_path, capsys):
 
 
 def test_probe_passes_while_a_collector_accepts(tmp_path, capsys):
-    """A listening socket and a uprobe the kernel opens (root): exit 0, nothing said."""
+    """A socket listening as the collector's does (SOCK_SEQPACKET) and a uprobe the kernel opens
+    (root): exit 0, nothing said."""
     if os.geteuid() != 0:
         pytest.fail("the probe's uprobe needs root (CAP_SYS_ADMIN here): run as root, as CI does")
     path = tmp_path / "otel-gil.sock"
-    with socket.socket(socket.AF_UNIX) as listener:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener:
         listener.bind(str(path))
         listener.listen()
         assert main(["--probe", "--socket", str(path)]) == 0

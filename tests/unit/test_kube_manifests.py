@@ -64,10 +64,11 @@ def test_daemonset_has_the_production_fields(rendered):
     assert writable == {"/run/otel-gil", "/tmp"}
 
 
-def test_socket_group_is_passed_as_a_numeric_gid():
-    args = documents(manifests.render("--set", "collector.socketGroup=2000"))["DaemonSet"]["spec"]["template"][
-        "spec"]["containers"][0]["args"]
-    assert args[-2:] == ["--socket-group", "2000"]
+def test_socket_group_is_passed_as_a_numeric_gid_the_collector_is_a_member_of():
+    """The collector chowns its socket to the group: as a member (supplementalGroups), without CAP_CHOWN."""
+    spec = documents(manifests.render("--set", "collector.socketGroup=2000"))["DaemonSet"]["spec"]["template"]["spec"]
+    assert spec["containers"][0]["args"][-2:] == ["--socket-group", "2000"]
+    assert spec["securityContext"] == {"supplementalGroups": [2000]}
 
 
 def test_instrumentation_is_in_the_release_namespace_and_alone_without_the_collector():

@@ -47,3 +47,14 @@ def test_out_of_fds_the_loop_waits_instead_of_spinning():
     assert float(busy) < 0.3, f"the loop used {float(busy):.2f} s of CPU in 2 s while out of fds"
     assert error == "bad_request"
     assert "out of file descriptors" in done.stderr
+
+
+def test_a_process_of_another_uid_is_alive_without_cap_kill(monkeypatch):
+    """Without CAP_KILL (the DaemonSet drops it) signal 0 to another uid's process is refused,
+    EPERM: it exists (its registration failed with internal_error on the cluster before)."""
+    from otel_gil_collector import server
+
+    def refused(pidfd: int, sig: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+    monkeypatch.setattr(server.signal, "pidfd_send_signal", refused)
+    assert server._alive(-1)
