@@ -114,16 +114,7 @@ def stop_the_world(tracer, hold_ms: int) -> dict:
 
 
 def lock_held(tracer, hold_ms: int, lock) -> dict:
-    holding = threading.Event()
-
-    def hold() -> None:
-        with lock:
-            holding.set()
-            time.sleep(hold_ms / 1000)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    holding.wait()
+    lock, holder = held_lock(hold_ms, lock)
     with tracer.start_as_current_span("victim"):
         t0 = time.monotonic_ns()
         with lock:
@@ -193,9 +184,9 @@ def forked(tracer, hold_ms: int) -> dict:
     return answer
 
 
-def held_lock(hold_ms: int) -> tuple[threading.Lock, threading.Thread]:
-    """A lock a thread holds for hold_ms from now (the thread, to join)."""
-    lock, holding = threading.Lock(), threading.Event()
+def held_lock(hold_ms: int, lock=None) -> tuple[threading.Lock, threading.Thread]:
+    """``lock`` (a new ``threading.Lock`` if None) held by a thread for hold_ms from now (the thread, to join)."""
+    lock, holding = threading.Lock() if lock is None else lock, threading.Event()
 
     def hold() -> None:
         with lock:
