@@ -58,6 +58,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock_ns.h"
 #include "gil_layout.h"
 #include "got_patch.h"
 #include "py_versions.h"
@@ -107,13 +108,6 @@ static __thread __attribute__((tls_model("initial-exec"))) struct {
 	pid_t tid;
 	struct gil_slot *slot;
 } me;
-
-static inline uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 /* One seqlock step: odd while the slot is being written. Only the owner thread
  * writes its slot, so a plain increment is safe; the fences order the slot's
@@ -295,7 +289,7 @@ static void close_open_intervals(void)
 {
 	pthread_mutex_t *mutex = (pthread_mutex_t *)((char *)gil_cond + sizeof(pthread_cond_t)); /* gil->mutex */
 	pthread_mutex_lock(mutex);
-	uint64_t now = now_ns();
+	uint64_t now = clock_ns(CLOCK_MONOTONIC);
 	for (uint32_t i = 0; i < nslots; i++) {
 		struct gil_slot *s = slot_at(i);
 		if (!s->wait_start_ns && !s->acquired_ns)
@@ -325,10 +319,10 @@ static int hook_cond_signal(pthread_cond_t *cond)
 	struct gil_slot *s;
 	if (cond == gil_cond) {
 		if (active && (s = my_slot()) != NULL)
-			gil_on_release(ring, header(), s, (__u32)me.tid, now_ns(), 0);
+			gil_on_release(ring, header(), s, (__u32)me.tid, clock_ns(CLOCK_MONOTONIC), 0);
 	} else if (cond == switch_cond) {
 		if (active && (s = my_slot()) != NULL)
-			gil_on_acquire(header(), s, (__u32)me.tid, now_ns());
+			gil_on_acquire(header(), s, (__u32)me.tid, clock_ns(CLOCK_MONOTONIC));
 	} else if (__builtin_expect(learner != 0, 0)) {
 		learn(cond);
 	}
@@ -339,7 +333,7 @@ static int hook_cond_timedwait(pthread_cond_t *cond, pthread_mutex_t *mutex, con
 {
 	struct gil_slot *s;
 	if (cond == gil_cond && active && (s = my_slot()) != NULL)
-		gil_on_wait(header(), s, now_ns());
+		gil_on_wait(header(), s, clock_ns(CLOCK_MONOTONIC));
 	return real_timedwait(cond, mutex, abstime);
 }
 
@@ -436,7 +430,7 @@ static struct gil_slot *park_begin(sem_t *sem, uintptr_t caller)
 	int saved = errno;
 	char name[GIL_PARK_TYPE] = {0};
 	uintptr_t addr = parked ? *(const uintptr_t *)((const char *)sem + pl.entry_addr) : (uintptr_t)sem;
-	gil_on_park(s, now_ns(), parked ? park_kind(addr, name) : GIL_PARK_APP_LOCK, addr, name);
+	gil_on_park(s, clock_ns(CLOCK_MONOTONIC), parked ? park_kind(addr, name) : GIL_PARK_APP_LOCK, addr, name);
 	errno = saved;
 	return s;
 }
@@ -444,7 +438,7 @@ static struct gil_slot *park_begin(sem_t *sem, uintptr_t caller)
 static inline void park_end(struct gil_slot *s)
 {
 	if (s != NULL)
-		gil_on_unpark(header(), s, now_ns());
+		gil_on_unpark(header(), s, clock_ns(CLOCK_MONOTONIC));
 }
 
 #define CALLER() ((uintptr_t)__builtin_return_address(0))
@@ -628,7 +622,7 @@ static PyObject *install_locked(PyObject *module, PyObject *args, PyObject *kwds
 	struct gil_slot *mine = my_slot(); /* this thread holds the GIL from now on */
 	if (mine != NULL) {
 		seq_bump(mine);
-		mine->acquired_ns = now_ns();
+		mine->acquired_ns = clock_ns(CLOCK_MONOTONIC);
 		mine->tstate = gil_acquired_for(header());
 		seq_bump(mine);
 		header()->holder_tid = (__u32)me.tid;

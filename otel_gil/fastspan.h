@@ -21,6 +21,7 @@
 #error "otel_gil._fastspan needs the GIL: setup.py builds it only where there is one (free-threaded builds use the Python hooks)"
 #endif
 
+#include "clock_ns.h"
 #include "gil_layout.h"
 #include "py_versions.h"
 
@@ -123,13 +124,6 @@ extern HIDDEN __thread __attribute__((tls_model("initial-exec"))) struct thread_
 /* Interned by _fastspan.c: "_otel_gil_start" (where a span keeps its Start), and what
  * thread_names.c looks up: threading._active, Thread._name and .name, and its cache's key. */
 extern HIDDEN PyObject *s_start_attr, *s_active, *s_private_name, *s_public_name, *s_thread_key;
-
-static inline uint64_t clock_ns(clockid_t clock)
-{
-	struct timespec ts;
-	clock_gettime(clock, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 static inline void thread_for(PyObject *registration, long generation)
 {

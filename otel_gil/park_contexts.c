@@ -38,6 +38,7 @@
 #error "otel_gil._parkcontexts is for free-threaded builds (setup.py builds it there only)"
 #endif
 
+#include "clock_ns.h"
 #include "gil_layout.h"
 #include "py_versions.h"
 
@@ -55,13 +56,6 @@ static uint64_t generation = 1; /* bumped at track(), untrack(), in a forked chi
 static int tracking;
 static PyObject *otel_var, *span_key; /* OpenTelemetry's ContextVar and its span key; kept for good once set */
 static PyObject *s_charges_key, *s_parked_attr, *s_asyncio_events, *s_asyncio_base_events;
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 /* ---------------------------------------------------------------- a span's parks */
 
@@ -453,7 +447,7 @@ static PyObject *start(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 		return NULL;
 	memset((char *)p + sizeof(PyObject), 0, sizeof(Parked) - sizeof(PyObject));
 	p->span_id = span_id;
-	p->start_ns = now_ns();
+	p->start_ns = clock_ns(CLOCK_MONOTONIC);
 	p->generation = tc->generation;
 	p->home_tid = tc->tid;
 	for (Parked *a = tc->running; parent_id && a != NULL && p->parent == NULL; a = a->parent)
@@ -507,7 +501,7 @@ static PyObject *end(PyObject *module, PyObject *arg)
 	believe(tc);
 	if (tc->tid == p->home_tid && tc->unseen)
 		flag_chain(p, UNSEEN);
-	uint64_t elapsed = now_ns() - p->start_ns;
+	uint64_t elapsed = clock_ns(CLOCK_MONOTONIC) - p->start_ns;
 	PyMutex_Lock(&p->mutex);
 	struct Parked copy = *p;
 	PyMutex_Unlock(&p->mutex);
