@@ -330,10 +330,10 @@ def reinstrumented(tracer, hold_ms: int) -> dict:
     with tracer.start_as_current_span("victim"):
         GilInstrumentor().uninstrument()
         GilInstrumentor().instrument(tracer_provider=_provider, backend="inprocess")
-        truth: dict = {}
-        wait_for(lock, truth)
+        victim: dict = {}
+        wait_for(lock, victim)
     holder.join()
-    lock, holder = held_lock(hold_ms)
+    lock, holder, truth = *held_lock(hold_ms), {"victim_waited_ns": victim["waited_ns"]}
     with tracer.start_as_current_span("after"):
         wait_for(lock, truth)
     holder.join()
