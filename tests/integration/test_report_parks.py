@@ -111,8 +111,8 @@ def _seconds(text: str) -> float:
 
 def test_top_shows_parked_time_by_kind_each_interval(free_threaded):
     """`top --batch`: frames of 1 s; each victim's parked time by kind, summed over the frames
-    (a wait may straddle two), against the target's own timing; top shows 3 significant digits
-    (at most 0.5 ms off per frame for waits under 1 s)."""
+    (a wait may straddle two), within 5 % or 0.5 ms of the target's own timing (the sum, not each
+    frame, is compared: a frame shows 3 significant digits)."""
     out, truth, tids, progress = run_on_target(free_threaded, "top", "--batch", "--interval", "1s", "--count", "4",
                                                started="attached to pid")
     assert "_PyParkingLot_Park found by symbol" in progress, progress
