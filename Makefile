@@ -79,13 +79,11 @@ wheels: host build/wheels.stamp
 # Kubernetes (README "Kubernetes"): the OpenTelemetry Operator's Python auto-instrumentation image
 # with otel-gil for every CPython of the wheels (deploy/kubernetes/autoinstrumentation-python),
 # in the local engine, from the local base images.
-OPERATOR_IMAGE := otel-gil/autoinstrumentation-python:$(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' otel_gil/version.py)
-
+# (scripts/kube.py's build_operator_image: the build host's architecture).
 operator-image: images wheels
-	$(SUDO) $$($(SUDO) scripts/engine.sh name) build -q -f deploy/kubernetes/autoinstrumentation-python/Dockerfile \
-		-t $(OPERATOR_IMAGE) . >/dev/null
+	$(SUDO) $(PY) -c 'import sys; sys.path.insert(0, "scripts"); import kube; kube.build_operator_image()'
 
-# The same for arm64 ($(OPERATOR_IMAGE)-arm64): its tree of the aarch64 wheels, on arm64 busybox.
+# The same for arm64 (its tag ends in -arm64): its tree of the aarch64 wheels, on arm64 busybox.
 operator-image-arm64: images wheels
 	$(SUDO) $(PY) -c 'import sys; sys.path.insert(0, "scripts"); import kube; kube.build_operator_image("arm64")'
 

@@ -35,6 +35,7 @@ VERSION = next(line.split('"')[1] for line in (ROOT / "otel_gil" / "version.py")
                if line.startswith("__version__"))
 OPERATOR_IMAGE = f"localhost/otel-gil/autoinstrumentation-python:{VERSION}"
 BUSYBOXES = {"amd64": "docker.io/amd64/busybox:1.35.0", "arm64": "docker.io/arm64v8/busybox:1.35.0"}  # images.sh's
+HOST_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
 SID_SLIM = "sid-slim"  # scripts/rootfs.sh's tree with Debian's python3.13
 # The app images: CPython version -> (base image, the interpreter in it).
 APP_BASES = {"3.11": ("docker.io/library/python:3.11-slim-bookworm", "python3"), "3.13": (None, "python3.13")}
@@ -194,7 +195,7 @@ def build_operator_image(arch: str = "") -> str:
     """make operator-image's (the build host's architecture), or for ``arch`` (arm64): its tag. The
     build stage runs here whatever ``arch`` (pip fetches the target's wheels), the final stage is
     that architecture's busybox (scripts/images.sh)."""
-    image, args = OPERATOR_IMAGE, []
+    image, args = OPERATOR_IMAGE, ["--build-arg", f"BUSYBOX={BUSYBOXES[HOST_ARCH]}"]
     if arch:
         # no --arch: podman 4.3 then looks for every stage's base of that architecture (pulls);
         # the image takes its final stage's base's
