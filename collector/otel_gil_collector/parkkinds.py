@@ -14,7 +14,7 @@ from typing import Sequence
 from otel_gil import pystructs
 from otel_gil import ring as ringlib
 from otel_gil_collector import elf
-from otel_gil_collector.pyprocess import Memory, Unreadable, build_of, load_base
+from otel_gil_collector.pyprocess import Memory, Unreadable, load_base, parking_build
 
 MAX_THREADS = 4096  # thread states walked at most (a hostile list's loop ends there); report has 2048 slots
 Kind = tuple[int, str]  # (ring.PARK_*, the object's type name for PARK_OBJECT, else "")
@@ -24,9 +24,7 @@ class Classifier:
     """Kinds of one process's park addresses; :class:`Unreadable` if its memory cannot say."""
 
     def __init__(self, pid: int, maps: Sequence, mapped_path: str, info: elf.ElfInfo) -> None:
-        build = build_of(mapped_path)
-        if build is None or not build[1] or build[0] not in pystructs.PARKING:
-            raise Unreadable(f"no parking offsets for {mapped_path} (otel_gil/pystructs.py)")
+        build = parking_build(mapped_path)
         missing = [name for name in ("_PyRuntime", "PyType_Type") if name not in info.data]
         if missing:
             raise Unreadable(f"{mapped_path} exports no {', '.join(missing)}")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from otel_gil_collector import elf, pyprocess
-from otel_gil import protocol, pystructs
+from otel_gil import protocol
 from otel_gil import ring
 
 # &gil->switch_cond - &gil->cond: sizeof(pthread_cond_t) + sizeof(pthread_mutex_t).
@@ -258,10 +258,10 @@ def plan_parks(pid: int) -> ProbePlan:
     entry and return."""
     maps = mapped_files(pid)
     interp = _interpreter(pid, maps, gil_enabled=True)
-    build = pyprocess.build_of(interp.path)
-    if build is None or not build[1] or build[0] not in pystructs.PARKING:
-        raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER,
-                                 f"no parking offsets for {interp.path} (otel_gil/pystructs.py)")
+    try:
+        pyprocess.parking_build(interp.path)
+    except pyprocess.Unreadable as exc:
+        raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, str(exc)) from None
     interp_path = _host_path(pid, interp)
     try:
         py = elf.load(interp_path)

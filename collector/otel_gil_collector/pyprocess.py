@@ -65,6 +65,15 @@ def build_of(path: str) -> Optional[tuple[tuple[int, int], bool]]:
     return ((3, int(match.group(1))), bool(match.group(2))) if match else None
 
 
+def parking_build(path: str) -> tuple[tuple[int, int], bool]:
+    """The interpreter's build (``build_of``) where ``pystructs.PARKING`` has its row, the offsets
+    that tell its parks apart; else :class:`Unreadable` saying so."""
+    build = build_of(path)
+    if build is None or not build[1] or build[0] not in pystructs.PARKING:
+        raise Unreadable(f"no parking offsets for {path} (otel_gil/pystructs.py)")
+    return build
+
+
 def load_base(maps: Sequence, mapped_path: str, info: elf.ElfInfo) -> int:
     """Where the interpreter's file is loaded (the address of its virtual address 0), from the
     process's mappings (``probes.mapped_files``)."""
