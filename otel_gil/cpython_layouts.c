@@ -165,8 +165,10 @@ int dict_fill_empty(PyObject *dict, PyObject *model, PyObject *const *keys, PyOb
 	PyDictObject *mp = (PyDictObject *)model;
 	if (mp->ma_used == 0) {
 		for (Py_ssize_t i = 0; i < n; i++)
-			if (PyDict_SetItem(model, keys[i], values[i]))
+			if (PyDict_SetItem(model, keys[i], values[i])) {
+				PyDict_Clear(model); /* filled again next time, not left short of its keys for good */
 				return -1;
+			}
 	} else {
 		PyDictKeysObject *k = mp->ma_keys;
 		if (mp->ma_values != NULL || k->dk_kind != DICT_KEYS_UNICODE || k->dk_nentries != n || mp->ma_used != n)

@@ -157,7 +157,7 @@ typedef struct {
 	struct seen seen[SEEN_LEN];
 } Charges;
 
-static __thread struct {
+static __thread __attribute__((tls_model("initial-exec"))) struct {
 	PyThreadState *tstate;
 	Charges *charges;
 } here;
@@ -283,7 +283,7 @@ static void run(Charges *tc, Parked *next)
 static Parked *current_parked(Charges *tc)
 {
 	PyObject *octx = NULL, *span = NULL;
-	if (PyContextVar_Get(otel_var, NULL, &octx) < 0 || octx == NULL) {
+	if (PyContextVar_Get(__atomic_load_n(&otel_var, __ATOMIC_ACQUIRE), NULL, &octx) < 0 || octx == NULL) {
 		PyErr_Clear();
 		return NULL;
 	}
@@ -294,7 +294,7 @@ static Parked *current_parked(Charges *tc)
 		return seen->parked;
 	}
 	Parked *parked = NULL;
-	if (PyDict_Check(octx) && PyDict_GetItemRef(octx, span_key, &span) > 0) {
+	if (PyDict_Check(octx) && PyDict_GetItemRef(octx, __atomic_load_n(&span_key, __ATOMIC_ACQUIRE), &span) > 0) {
 		PyObject *found = NULL;
 		if (PyObject_GetOptionalAttr(span, s_parked_attr, &found) > 0 && Py_IS_TYPE(found, &ParkedType))
 			parked = (Parked *)found;
