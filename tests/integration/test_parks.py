@@ -179,6 +179,7 @@ def test_with_the_gil_on_a_loop_is_as_before(free_threaded):
     builtin's), no parked time, and the loop's spans say shared_thread (no _fastspan here), as before."""
     report = run(free_threaded, "loop", PYTHON_GIL="1")
     assert (report["hooked"], report["contexts"], report["gil"]) == (False, False, True), report["stderr"]
+    assert report["context_run_instrumented"] == "method_descriptor", report["context_run_instrumented"]
     for name in ("victim", "blocked"):
         attrs = span_named(report, name)
         assert not [k for k in attrs if k.startswith("cpython.park")], attrs

@@ -362,6 +362,7 @@ def main() -> None:
     reader = InMemoryMetricReader()
     GilInstrumentor().instrument(tracer_provider=provider, meter_provider=MeterProvider([reader]), backend="inprocess")
     hooked, contexts = parks.current is not None, parks.contexts
+    run_instrumented = type(contextvars.Context.__dict__["run"]).__name__  # ContextRun where charge points are
     truth = SCENARIOS[scenario](provider.get_tracer("parks"), hold_ms)
     parked: dict = {}  # by kind, summed over thread names
     for point in (p for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
@@ -373,7 +374,8 @@ def main() -> None:
     spans = [{"name": s.name, "attributes": dict(s.attributes), "duration_ns": s.end_time - s.start_time,
               "events": [{"name": e.name, "attributes": dict(e.attributes), "time": e.timestamp} for e in s.events]}
              for s in exporter.get_finished_spans()]
-    print(json.dumps({"hooked": hooked, "contexts": contexts, "context_run": run, "gil": sys._is_gil_enabled(), "truth": truth, "spans": spans,
+    print(json.dumps({"hooked": hooked, "contexts": contexts, "context_run": run,
+                      "context_run_instrumented": run_instrumented, "gil": sys._is_gil_enabled(), "truth": truth, "spans": spans,
                       "parked_s": parked, "wall_minus_mono": time.time_ns() - time.monotonic_ns()}))
 
 
