@@ -110,7 +110,7 @@ def one_round(args: argparse.Namespace, tracer, empty: int) -> dict[str, dict[st
     try:
         ready, mutex, word = child.stdout.readline().split()
         assert ready == "ready", ready
-        plan = probes.plan_parks(child.pid) if tracer else None
+        plan = probes.plan_parks(child.pid, probes.interpreter(child.pid)) if tracer else None
         for block in range(args.blocks):
             for mode in modes[block % len(modes):] + modes[:block % len(modes)]:
                 traced = tracer.add(child.pid, plan, attach.LONG_NS, int(sys.getswitchinterval() * 1e9)) \

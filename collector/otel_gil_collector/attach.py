@@ -68,10 +68,10 @@ def proc_thread_names(pid: int) -> dict[int, str]:
 class Attachment:
     """The collector's probes on one process, for as long as the attachment is open."""
 
-    def __init__(self, pid: int, command: str, progress: Callable[[str], None] = print, parks: bool = False) -> None:
-        """``parks``: on a free-threaded build running without its GIL, time its parks instead
+    def __init__(self, pid: int, command: str, progress: Callable[[str], None] = print) -> None:
+        """On a free-threaded build running without its GIL, times its parks instead
         (``gil_disabled`` says why there are no GIL figures; :meth:`poll` fills ThreadTrace.parked)."""
-        from otel_gil_collector import elf, parkkinds, probes, pyprocess
+        from otel_gil_collector import parkkinds, probes, pyprocess
         from otel_gil_collector.__main__ import PreflightError, _check_kernel, _check_privileges, _import_bcc
 
         try:
@@ -88,20 +88,21 @@ class Attachment:
         self.gil_disabled = ""  # why there are no GIL figures, parked time instead
         self._kinds: Optional[parkkinds.Classifier] = None
         try:
-            self.plan = probes.plan(pid)
+            found = probes.interpreter(pid)
+            # In this order: a build whose GIL is on (PYTHON_GIL=1, or an import turned it on) has
+            # GIL figures, whether or not its parks could be timed.
+            if found.free_threaded and not pyprocess.gil_enabled(pid, found.maps, found.mapping.path, found.info):
+                self.gil_disabled = f"{protocol.GIL_DISABLED}: {probes.without_gil(found.mapping)}"
+                self.plan = probes.plan_parks(pid, found)
+                self._kinds = parkkinds.Classifier(pid, found.maps, found.mapping.path, found.info)
+            else:
+                self.plan = probes.plan(pid, found=found)
         except probes.UnsupportedProcess as exc:
-            if not (parks and exc.code == protocol.GIL_DISABLED):
-                raise AttachError(str(exc)) from None
-            self.gil_disabled = f"{exc.code}: {exc}"
-            try:
-                self.plan = probes.plan_parks(pid)
-                maps, info = probes.mapped_files(pid), elf.load(self.plan.interpreter_file)
-                if pyprocess.gil_enabled(pid, maps, self.plan.interpreter, info):  # GIL figures after all
-                    self.plan, self.gil_disabled = probes.plan(pid, gil_enabled=True), ""
-                else:
-                    self._kinds = parkkinds.Classifier(pid, maps, self.plan.interpreter, info)
-            except (probes.UnsupportedProcess, Unreadable, elf.ElfLookupError) as why:
-                raise AttachError(f"{self.gil_disabled}; no parked time either: {why}") from None
+            raise AttachError(f"{self.gil_disabled}; no parked time either: {exc}" if self.gil_disabled
+                              else str(exc)) from None
+        except Unreadable as why:
+            raise AttachError(f"{protocol.GIL_DISABLED}: {probes.without_gil(found.mapping)}; "
+                              f"no parked time either: {why}") from None
         from otel_gil_collector.tracer import Tracer
 
         progress("compiling and loading the BPF program (a few seconds)...")

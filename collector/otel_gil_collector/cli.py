@@ -48,7 +48,7 @@ def _top(args: argparse.Namespace) -> int:
     from otel_gil_collector.report import progress_to_stderr
 
     def run() -> int:
-        with Attachment(args.pid, "otel-gil top", progress_to_stderr, parks=True) as att:
+        with Attachment(args.pid, "otel-gil top", progress_to_stderr) as att:
             if args.batch or not sys.stdout.isatty():
                 top.batch(att, args.interval, args.count)
             else:

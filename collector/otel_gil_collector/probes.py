@@ -130,16 +130,44 @@ def _host_path(pid: int, mapping: Mapping) -> str:
     )
 
 
-def _interpreter(pid: int, maps: list[Mapping], gil_enabled: bool) -> Mapping:
-    """The mapping holding the interpreter: libpython if loaded, else the executable."""
+@dataclass(frozen=True)
+class Interpreter:
+    """A process's interpreter: its mappings, the one holding the interpreter, that file as the
+    collector opens it, and its symbols."""
+
+    maps: list[Mapping]
+    mapping: Mapping
+    file: str
+    info: elf.ElfInfo
+    free_threaded: bool
+
+
+def interpreter(pid: int, gil_enabled: bool = True) -> Interpreter:
+    """``pid``'s interpreter; UnsupportedProcess (GIL_DISABLED) for a free-threaded build unless
+    ``gil_enabled`` (said or read to run with its GIL), before any of its files is opened."""
+    maps = mapped_files(pid)
+    mapping, free_threaded = _interpreter(pid, maps)
+    if free_threaded and not gil_enabled:
+        raise UnsupportedProcess(protocol.GIL_DISABLED, without_gil(mapping))
+    path = _host_path(pid, mapping)
+    try:
+        info = elf.load(path)
+    except elf.ElfLookupError as exc:
+        raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, str(exc)) from None
+    return Interpreter(maps, mapping, path, info, free_threaded)
+
+
+def without_gil(mapping: Mapping) -> str:
+    return f"{mapping.path} is a free-threaded build running without a GIL"
+
+
+def _interpreter(pid: int, maps: list[Mapping]) -> tuple[Mapping, bool]:
+    """The mapping holding the interpreter (libpython if loaded, else the executable), and
+    whether it is a free-threaded build."""
     for m in maps:
         match = _LIBPYTHON.search(m.path)
         if match:
-            if match.group(2) and not gil_enabled:
-                raise UnsupportedProcess(
-                    protocol.GIL_DISABLED, f"{m.path} is a free-threaded build running without a GIL"
-                )
-            return m
+            return m, bool(match.group(2))
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
     except OSError as exc:
@@ -147,9 +175,7 @@ def _interpreter(pid: int, maps: list[Mapping], gil_enabled: bool) -> Mapping:
     exe = exe[: -len(_DELETED)] if exe.endswith(_DELETED) else exe
     for m in maps:
         if m.path == exe:
-            if _FREE_THREADED_EXE.search(exe) and not gil_enabled:
-                raise UnsupportedProcess(protocol.GIL_DISABLED, f"{exe} is a free-threaded build running without a GIL")
-            return m
+            return m, bool(_FREE_THREADED_EXE.search(exe))
     raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, f"{exe} is not mapped by process {pid}")
 
 
@@ -222,19 +248,15 @@ def locate_take_gil(info: elf.ElfInfo, path: str, root: str) -> tuple[int, str]:
     return info.file_offset(address), how
 
 
-def plan(pid: int, gil_enabled: bool = False) -> ProbePlan:
+def plan(pid: int, gil_enabled: bool = False, found: Optional[Interpreter] = None) -> ProbePlan:
     """The probes that trace ``pid``'s GIL, or UnsupportedProcess saying why there are none.
 
     ``gil_enabled``: the process says a free-threaded build turned its GIL back on
     (``sys._is_gil_enabled()``); believing it can only mislead that process itself.
+    ``found``: its :func:`interpreter`, already checked to run with a GIL.
     """
-    maps = mapped_files(pid)
-    interp = _interpreter(pid, maps, gil_enabled)
-    interp_path = _host_path(pid, interp)
-    try:
-        py = elf.load(interp_path)
-    except elf.ElfLookupError as exc:
-        raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, str(exc)) from None
+    found = found or interpreter(pid, gil_enabled)
+    maps, interp, interp_path, py = found.maps, found.mapping, found.file, found.info
     c, c_lib = _cond_library(pid, maps)
     stride = COND_STRIDE.get(c.machine)
     if stride is None:
@@ -252,27 +274,21 @@ def plan(pid: int, gil_enabled: bool = False) -> ProbePlan:
     return ProbePlan(interp.path, interp_path, tuple(probes), stride, how, bytes(layout).hex(), no_locations)
 
 
-def plan_parks(pid: int) -> ProbePlan:
-    """The probes that time ``pid``'s parks (`otel-gil report` on a free-threaded build running
-    without its GIL, of a CPython with a ``pystructs.PARKING`` row): ``_PyParkingLot_Park``'s
-    entry and return."""
-    maps = mapped_files(pid)
-    interp = _interpreter(pid, maps, gil_enabled=True)
+def plan_parks(pid: int, found: Interpreter) -> ProbePlan:
+    """The probes that time the parks of ``pid`` (`otel-gil report` on a free-threaded build
+    running without its GIL, of a CPython with a ``pystructs.PARKING`` row; ``found``: its
+    :func:`interpreter`): ``_PyParkingLot_Park``'s entry and return."""
     try:
-        pyprocess.parking_build(interp.path)
+        pyprocess.parking_build(found.mapping.path)
     except pyprocess.Unreadable as exc:
         raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, str(exc)) from None
-    interp_path = _host_path(pid, interp)
-    try:
-        py = elf.load(interp_path)
-    except elf.ElfLookupError as exc:
-        raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, str(exc)) from None
-    park = py.dynamic.get("_PyParkingLot_Park") or py.functions.get("_PyParkingLot_Park")
+    park = found.info.dynamic.get("_PyParkingLot_Park") or found.info.functions.get("_PyParkingLot_Park")
     if park is None:
-        raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER, f"{interp.path} has no _PyParkingLot_Park symbol")
-    path = _attach_path(pid, interp)
+        raise UnsupportedProcess(protocol.UNSUPPORTED_INTERPRETER,
+                                 f"{found.mapping.path} has no _PyParkingLot_Park symbol")
+    path = _attach_path(pid, found.mapping)
     probes = (Probe(path, park.offset, "park_entry"), Probe(path, park.offset, "park_return", retprobe=True))
-    return ProbePlan(interp.path, interp_path, probes, 0, "symbol")
+    return ProbePlan(found.mapping.path, found.file, probes, 0, "symbol")
 
 
 def _attach_path(pid: int, mapping: Mapping) -> str:

@@ -55,7 +55,7 @@ def _thread(t: ThreadTrace, wall_s: float) -> dict:
 
 def capture(pid: int, duration_s: float, progress: Callable[[str], None] = print) -> Capture:
     """Attach to ``pid`` for ``duration_s`` (less if it exits) and return what was seen."""
-    with Attachment(pid, "otel-gil report", progress, parks=True) as att:
+    with Attachment(pid, "otel-gil report", progress) as att:
         progress(f"capturing {duration_s:g} s...")
         sample_every = max(int(duration_s * 1e9 / SAMPLES), int(POLL_S * 1e9))
         samples: list[tuple[int, dict[int, tuple[int, int]]]] = []

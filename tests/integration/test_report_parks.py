@@ -101,6 +101,27 @@ def test_report_with_the_gil_on_has_gil_figures(free_threaded):
     assert "parked_s" not in listed and within(listed["wait_s"], truth["sort_held"]), (listed, truth)
 
 
+def test_attach_with_the_gil_on_plans_no_parks(free_threaded, monkeypatch):
+    """PYTHON_GIL=1 on a CPython with no ``pystructs.PARKING`` row (removed here: a build whose
+    parks cannot be told apart, as a new release's until it has one): its GIL is on, so the
+    attachment has the GIL's probes; whether parks could be timed is never asked."""
+    from otel_gil import pystructs
+    from otel_gil_collector.attach import Attachment
+
+    runner = dataclasses.replace(free_threaded, env={**free_threaded.env, "PYTHON_GIL": "1"})
+    target = subprocess.Popen(runner.command(WORKLOAD, str(HOLD_MS)), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, **runner.env})
+    try:
+        assert target.stdout.readline().startswith("ready "), "the workload did not start"
+        monkeypatch.setattr(pystructs, "PARKING", {})
+        with Attachment(target.pid, "the test", progress=lambda line: None) as att:
+            assert att.gil_disabled == "" and att._kinds is None, att.gil_disabled
+            assert [p.handler for p in att.plan.probes if p.bootstrap] == ["take_gil_entry"], att.plan
+    finally:
+        target.kill()
+        target.wait()
+
+
 def _seconds(text: str) -> float:
     """A duration as report.fmt_ns writes it ("-": none)."""
     if text == "-":
