@@ -124,7 +124,7 @@ def one_round(args: argparse.Namespace, tracer, empty: int) -> dict[str, dict[st
                 if traced:
                     by_addr = tracer.parks_by_address(child.pid)
                     tracer.remove(child.pid, wait=True)
-                    now = {at: sum(n for (_, addr), (_, n) in by_addr.items() if addr == int(at)) for at in (mutex, word)}
+                    now = {at: sum(n for (_, addr), (_, n) in by_addr if addr == int(at)) for at in (mutex, word)}
                     got["parked"] = now[mutex] - counted.get(mutex, 0)
                     assert now[word] - counted.get(word, 0) == args.calls, (now, counted, args.calls)
                     counted = now
@@ -156,7 +156,7 @@ def main() -> None:
         from bcc import BPF
         from otel_gil_collector.tracer import Tracer
 
-        tracer, floor = Tracer(2048, 1), BPF(text="int empty(void *ctx) { return 0; }")
+        tracer, floor = Tracer(2048, 1, parks=True), BPF(text="int empty(void *ctx) { return 0; }")
     try:
         empty = floor.load_func(b"empty", BPF.KPROBE).fd if tracer else -1
         rounds = [one_round(args, tracer, empty) for _ in range(args.rounds)]

@@ -47,6 +47,21 @@ class ThreadTrace:
     _seen_waits: int = 0
 
 
+@dataclass
+class _Parked:
+    """One thread's parks added up: ns by ring.PARK_*, ns by critical sections' object type, parks."""
+
+    by_kind: list[int] = field(default_factory=lambda: [0] * ringlib.PARK_KINDS)
+    types: dict[str, int] = field(default_factory=dict)
+    parks: int = 0
+
+    def add(self, kind: tuple[int, str], ns: int, parks: int) -> None:
+        self.by_kind[kind[0]] += ns
+        self.parks += parks
+        if kind[0] == ringlib.PARK_OBJECT:
+            self.types[kind[1]] = self.types.get(kind[1], 0) + ns
+
+
 def proc_thread_names(pid: int) -> dict[int, str]:
     """Thread id (in the process's own pid namespace) -> name, from /proc (the OS's names:
     CPython sets them from ``threading`` only from 3.14, cut at 15 characters)."""
@@ -107,7 +122,7 @@ class Attachment:
 
         progress("compiling and loading the BPF program (a few seconds)...")
         self.pid = pid
-        self._tracer = Tracer(2048, 1)
+        self._tracer = Tracer(2048, 1, parks=self._kinds is not None)
         try:
             self._traced = self._tracer.add(pid, self.plan, LONG_NS, int(sys.getswitchinterval() * 1e9))
         except BaseException:
@@ -119,6 +134,8 @@ class Attachment:
         self.holds: list[ringlib.Hold] = []  # the process's hold log, as read so far
         self.locations: dict[int, Optional[ringlib.Location]] = {}  # hold index -> its location, read with it
         self.holds_lost = 0  # polls that found older holds already overwritten
+        self._park_totals: dict[tuple[int, int], tuple[int, int]] = {}  # (tid, address) -> (ns, parks) read
+        self._closed: dict[int, _Parked] = {}  # tid -> its closed parks, added up from those totals
         self._names_at = 0
         self.names_from = "threading"  # or why /proc's names are shown instead
         self._progress = progress
@@ -169,7 +186,8 @@ class Attachment:
         self._tracer.finish_bootstrap()
         now = time.monotonic_ns()
         present, fresh = set(), False  # fresh: a thread first seen, named now (it may not live long)
-        for slot in self._traced.view.threads():
+        slots = list(self._traced.view.threads())
+        for slot in slots:
             fresh |= slot.tid not in self.threads
             t = self.threads.setdefault(slot.tid, ThreadTrace(slot.tid))
             counters = ringlib.counters(slot, now)
@@ -186,7 +204,7 @@ class Attachment:
             present.add(slot.tid)
         self.present = present
         if self._kinds is not None:
-            self._parked(now)
+            self._parked(now, slots)
         new, complete = self._traced.view.holds_since(self.holds[-1].end_ns if self.holds else 0)
         self.holds += new
         self.holds_lost += not complete and bool(self.holds)
@@ -199,35 +217,35 @@ class Attachment:
             self._names_at = now
         return now
 
-    def _parked(self, now: int) -> None:
-        """Each thread's parked time by kind so far: its addresses' totals, and its open park at
-        ``now`` (read before them: one that closed since is in its address's total already);
-        closed parks the BPF map had no room for are other."""
-        slots = {s.tid: s for s in self._traced.view.threads()}
-        by_addr = self._tracer.parks_by_address(self.pid)
-        totals: dict[int, ThreadTrace] = {tid: ThreadTrace(tid) for tid in slots}
-        open_at = {s.park_addr for s in slots.values() if s.park_start_ns}
-        kinds = self._kinds.kinds_of({addr for _, addr in by_addr} | open_at)
-        for (tid, addr), (ns, parks) in by_addr.items():
-            self._add_park(totals, tid, kinds[addr], ns, parks)
-        for tid, s in slots.items():
-            t = totals[tid]
-            if s.parks > t.parks:
-                self._add_park(totals, tid, (ringlib.PARK_OTHER, ""), max(sum(s.parked_ns) - sum(t.parked), 0),
-                               s.parks - t.parks)
-            if s.park_start_ns and t.parks == s.parks:
-                self._add_park(totals, tid, kinds[s.park_addr], max(now - s.park_start_ns, 0), 0)
-        for tid, got in totals.items():
-            t = self.threads.setdefault(tid, ThreadTrace(tid))
-            t.parked, t.parked_types, t.parks = got.parked, got.parked_types, got.parks
+    def _parked(self, now: int, slots: list[ringlib.Slot]) -> None:
+        """Each thread's parked time by kind so far: its closed parks, added up per poll from the
+        addresses whose totals grew since the last (each address's kind read now: its memory may
+        hold another object by the next), and its open park at ``now`` (``slots``, read before
+        the totals: one that closed since is in its address's total already); closed parks the
+        BPF map had no room for are other."""
+        grown = [(key, total) for key, total in self._tracer.parks_by_address(self.pid)
+                 if total != self._park_totals.get(key)]
+        open_at = {s.park_addr for s in slots if s.park_start_ns}
+        kinds = self._kinds.kinds_of({addr for (_, addr), _ in grown} | open_at) if grown or open_at else {}
+        for (tid, addr), (ns, parks) in grown:
+            was_ns, was_parks = self._park_totals.get((tid, addr), (0, 0))
+            self._park_totals[tid, addr] = ns, parks
+            self._closed.setdefault(tid, _Parked()).add(kinds[addr], ns - was_ns, parks - was_parks)
+        for tid, closed in self._closed.items():
+            self._show(tid, closed)
+        for s in slots:
+            closed = self._closed.get(s.tid, _Parked())
+            now_parked = _Parked(list(closed.by_kind), dict(closed.types), closed.parks)
+            if s.parks > closed.parks:
+                now_parked.add((ringlib.PARK_OTHER, ""), max(sum(s.parked_ns) - sum(closed.by_kind), 0),
+                               s.parks - closed.parks)
+            if s.park_start_ns and now_parked.parks == s.parks:
+                now_parked.add(kinds[s.park_addr], max(now - s.park_start_ns, 0), 0)
+            self._show(s.tid, now_parked)
 
-    @staticmethod
-    def _add_park(totals: dict[int, ThreadTrace], tid: int, kind: tuple[int, str], ns: int, parks: int) -> None:
-        t = totals.setdefault(tid, ThreadTrace(tid))
-        t.parked = tuple(v + ns * (k == kind[0]) for k, v in enumerate(t.parked))
-        t.parks += parks
-        if kind[0] == ringlib.PARK_OBJECT:
-            t.parked_types[kind[1]] = t.parked_types.get(kind[1], 0) + ns
+    def _show(self, tid: int, parked: "_Parked") -> None:
+        t = self.threads.setdefault(tid, ThreadTrace(tid))
+        t.parked, t.parked_types, t.parks = tuple(parked.by_kind), dict(parked.types), parked.parks
 
     def forget(self, before_ns: int) -> None:
         """Drop the long holds and waits that ended before ``before_ns``, and the holds no kept

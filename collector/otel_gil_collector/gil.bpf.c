@@ -10,7 +10,8 @@
  *   pthread_cond_timedwait    on gil->cond: a contended wait starts
  *   sched_process_exit        (raw tracepoint) a thread exits: fold its figures
  *                             into the header and free its slot
- * and, for `otel-gil report` on a free-threaded build running without its GIL only:
+ * and, for `otel-gil report` on a free-threaded build running without its GIL only
+ * (compiled in with -DGIL_PARKS: the daemon never times parks, see tracer.py):
  *   _PyParkingLot_Park        entry: a park on its addr opens (gil_writer.h: PARK);
  *                             return (a uretprobe): it closes (UNPARK), its time
  *                             added to its address's total in park_addrs
@@ -247,6 +248,7 @@ int cond_timedwait(struct pt_regs *ctx)
 	return 0;
 }
 
+#ifdef GIL_PARKS
 /* Parks by address: (tgid, tid, address parked on) -> time parked there. User space says
  * what each address is (otel_gil_collector/parkkinds.py), from the process's memory; a park
  * this map has no room for counts in its slot's parked_ns[GIL_PARK_OTHER] only. */
@@ -301,6 +303,7 @@ int park_return(struct pt_regs *ctx)
 	gil_on_unpark(h, s, now);
 	return 0;
 }
+#endif /* GIL_PARKS */
 
 RAW_TRACEPOINT_PROBE(sched_process_exit)
 {

@@ -3,8 +3,9 @@ read-only: :mod:`pyprocess`): the in-process writer's ``park_kind()`` (otel_gil/
 from outside, on the same ``pystructs.PARKING`` row and in the same order (ring.PARK_*): a
 thread state's ``state`` or a stop-the-world's event, then ``_PyRuntime``'s or the main
 interpreter's other fields, a ``threading.Lock``'s mutex, an object's ``ob_mutex`` (with its
-type's name), else other. An address is read when first seen (``otel-gil report`` polls every
-10 ms, and a park still open is read while the thread sleeps on it), then kept.
+type's name), else other. An address is read at each poll that finds new parks on it or a park
+still open there (``otel-gil report`` polls every 10 ms), never kept: by the next, its memory may
+hold another object, or another thread's state.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ class Classifier:
         self.pid, self.row, structs = pid, pystructs.PARKING[build[0]], pystructs.for_version(*build)
         base = load_base(maps, mapped_path, info)
         self.runtime, self.type_type = (base + info.data[name].address for name in ("_PyRuntime", "PyType_Type"))
-        self.kinds: dict[int, Kind] = {}
         mem = Memory(pid)
         try:
             disagreement = pystructs.debug_offsets_disagree(structs, lambda at, n: mem.read(self.runtime + at, n))
@@ -45,21 +45,16 @@ class Classifier:
             mem.close()
 
     def kinds_of(self, addresses: set[int]) -> dict[int, Kind]:
-        """Each address's kind (those not seen before read now; one unreadable is other, and
-        so are those first seen once the process is gone)."""
-        new = addresses - self.kinds.keys()
-        if new:
-            try:
-                mem = Memory(self.pid)
-            except Unreadable:
-                return {addr: self.kinds.get(addr, (ringlib.PARK_OTHER, "")) for addr in addresses}
-            try:
-                states = self._thread_states(mem)
-                for addr in new:
-                    self.kinds[addr] = self._kind(mem, addr, states)
-            finally:
-                mem.close()
-        return {addr: self.kinds[addr] for addr in addresses}
+        """Each address's kind, read now (all other if the process is gone)."""
+        try:
+            mem = Memory(self.pid)
+        except Unreadable:
+            return dict.fromkeys(addresses, (ringlib.PARK_OTHER, ""))
+        try:
+            states = self._thread_states(mem)
+            return {addr: self._kind(mem, addr, states) for addr in addresses}
+        finally:
+            mem.close()
 
     def _thread_states(self, mem: Memory) -> set[int]:
         """The ``state`` fields of the main interpreter's thread states (as many as were readable)."""
@@ -100,5 +95,5 @@ class Classifier:
             return None
         try:
             return mem.read(mem.word(tp + self.row.tp_name), ringlib.PARK_TYPE - 1).split(b"\0", 1)[0]
-        except Unreadable:  # near the end of a mapping: byte by byte
+        except Unreadable:  # an object all the same, its name unread (as park_kind's object_type)
             return b""

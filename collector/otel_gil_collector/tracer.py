@@ -38,9 +38,13 @@ class Traced:
 
 
 class Tracer:
-    """Owns the bcc program; not thread-safe (the server calls it from one thread)."""
+    """Owns the bcc program; not thread-safe (the server calls it from one thread).
 
-    def __init__(self, max_threads: int, max_processes: int) -> None:
+    ``parks``: with the park probes and their map (``otel-gil report``/``top`` on a free-threaded
+    target running without its GIL); the daemon never times parks (the in-process writer does),
+    so it loads neither: 1.5 MB of locked kernel memory and two programs' verification less."""
+
+    def __init__(self, max_threads: int, max_processes: int, parks: bool = False) -> None:
         from bcc import BPF  # imported late: the preflight checks explain a missing bcc
 
         self.nslots = max_threads
@@ -53,15 +57,17 @@ class Tracer:
                 f"-DGIL_NSLOTS={max_threads}",
                 f"-DGIL_MAX_PROCS={max_processes}",
                 *(["-DGIL_TSO"] if platform.machine() == "x86_64" else []),
+                *(["-DGIL_PARKS"] if parks else []),
             ],
         )
         self._procs = self._bpf["procs"]
         self._fns = {
             name: self._bpf.load_func(name.encode(), BPF.KPROBE).fd
             for name in ("take_gil_entry", "cond_signal_lnotab", "cond_signal_pairs", "cond_signal_locations",
-                         "cond_timedwait", "park_entry", "park_return")
+                         "cond_timedwait", *(("park_entry", "park_return") if parks else ()))
         }
         self.traced: dict[int, Traced] = {}
+        self._batches = True  # park_addrs read by BPF_MAP_LOOKUP_BATCH (Linux 5.6)
         self._uprobes: dict[str, int] = {}  # event name -> perf event fd
         # Closing a uprobe waits for an RCU grace period (~100 ms here): done off the
         # server's thread and in parallel, after the BPF side already ignores the pid.
@@ -130,9 +136,18 @@ class Tracer:
                 traced.bootstrap.clear()
                 log.info("pid %d: GIL located, tracing every hand-off", traced.pid)
 
-    def parks_by_address(self, pid: int) -> dict[tuple[int, int], tuple[int, int]]:
-        """(tid, address parked on) -> (ns parked there, parks) of ``pid`` so far (park_addrs)."""
-        return {(k.tid, k.addr): (v.ns, v.parks) for k, v in self._bpf["park_addrs"].items() if k.tgid == pid}
+    def parks_by_address(self, pid: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+        """((tid, address parked on), (ns parked there, parks)) of ``pid`` so far (park_addrs), read
+        in one batch of bpf(2) calls (two per entry before Linux 5.6)."""
+        table = self._bpf["park_addrs"]
+        if self._batches:
+            try:
+                entries = list(table.items_lookup_batch())
+            except Exception:  # bcc's only exception for a bpf(2) error: EINVAL before 5.6
+                self._batches = False
+        if not self._batches:
+            entries = list(table.items())
+        return [((k.tid, k.addr), (v.ns, v.parks)) for k, v in entries if k.tgid == pid]
 
     def remove(self, pid: int, wait: bool = False) -> None:
         """Stop tracing ``pid``; ``wait``: return once its uprobes are gone (bench/park_cost.py's

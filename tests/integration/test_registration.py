@@ -1,5 +1,6 @@
 """The registration socket against hostile and broken clients (real collector)."""
 
+import ctypes
 import json
 import os
 import socket
@@ -184,3 +185,43 @@ def test_a_process_outside_the_collectors_pid_namespace_is_told_why(tmp_path):
     finally:
         proc.kill()  # unshare ignores SIGTERM; --kill-child takes the collector with it
         proc.wait(timeout=30)
+
+
+_PIDFD_GETFD = 438  # x86_64 and aarch64 alike
+_NAME_AT = {"bpf-map": 24, "bpf-prog": 64}  # offsetof(struct bpf_map_info / bpf_prog_info, name)
+
+
+def bpf_names(pid: int) -> dict[str, set[str]]:
+    """The names of the BPF maps and programs process ``pid`` holds, by kind ("bpf-map", "bpf-prog")."""
+    from otel_gil_collector import bpfsys
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    names: dict[str, set[str]] = {kind: set() for kind in _NAME_AT}
+    pidfd = os.pidfd_open(pid)
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            kind = os.readlink(f"/proc/{pid}/fd/{fd}").removeprefix("anon_inode:")
+            if kind not in _NAME_AT:
+                continue
+            mine = libc.syscall(_PIDFD_GETFD, pidfd, int(fd), 0)
+            assert mine >= 0, os.strerror(ctypes.get_errno())
+            try:
+                info = ctypes.create_string_buffer(256)
+                bpfsys._bpf(bpfsys.BPF_OBJ_GET_INFO_BY_FD, bpfsys._InfoByFd(
+                    bpf_fd=mine, info_len=len(info), info=ctypes.addressof(info)))
+                names[kind].add(info.raw[_NAME_AT[kind]:_NAME_AT[kind] + 16].split(b"\0")[0].decode())
+            finally:
+                os.close(mine)
+    finally:
+        os.close(pidfd)
+    return names
+
+
+def test_the_daemon_loads_no_park_probes(collector):
+    """It never times parks (a free-threaded process running without its GIL is refused with
+    gil_disabled: its in-process writer times them), so neither their map nor their programs
+    are loaded."""
+    names = bpf_names(collector.proc.pid)
+    assert "procs" in names["bpf-map"] and "take_gil_entry" in names["bpf-prog"], names  # they are read
+    assert "park_addrs" not in names["bpf-map"], names
+    assert not {"park_entry", "park_return"} & names["bpf-prog"], names

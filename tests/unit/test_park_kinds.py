@@ -7,6 +7,7 @@ import struct
 
 from otel_gil import pystructs
 from otel_gil import ring
+from otel_gil_collector import parkkinds
 from otel_gil_collector.parkkinds import Classifier
 from otel_gil_collector.pyprocess import Unreadable
 
@@ -30,6 +31,9 @@ class FakeMemory:
         if any(address + i not in self.bytes for i in range(size)):
             raise Unreadable(f"cannot read {size} bytes at {address:#x}")
         return bytes(self.bytes[address + i] for i in range(size))
+
+    def close(self) -> None:
+        pass
 
 
 def process() -> tuple[Classifier, FakeMemory]:
@@ -70,8 +74,21 @@ def test_what_is_no_object_is_other():
     assert kinds._kind(mem, LIST + ROW.ob_mutex + 1, set()) == (ring.PARK_OTHER, "")  # misaligned
 
 
-def test_a_process_gone_leaves_new_addresses_other():
+def test_a_process_gone_leaves_every_address_other():
     kinds, _ = process()
-    kinds.pid, kinds.kinds = 1 << 30, {LIST: (ring.PARK_OBJECT, "list")}  # no such pid: /proc/<pid>/mem fails
-    assert kinds.kinds_of({LIST, LOCK}) == {LIST: (ring.PARK_OBJECT, "list"), LOCK: (ring.PARK_OTHER, "")}
-    assert LOCK not in kinds.kinds  # not kept: unknown, not other
+    kinds.pid = 1 << 30  # no such pid: /proc/<pid>/mem fails
+    assert kinds.kinds_of({LIST, LOCK}) == {LIST: (ring.PARK_OTHER, ""), LOCK: (ring.PARK_OTHER, "")}
+
+
+def test_an_address_is_read_again_at_each_call(monkeypatch):
+    """A list freed and a dict allocated at its address: a later park there is on a dict."""
+    kinds, mem = process()
+    kinds.pid, kinds.threads_head, kinds.tstate_next = 1, 0x800, 0x8  # no thread states readable
+    monkeypatch.setattr(parkkinds, "Memory", lambda pid: mem)
+    assert kinds.kinds_of({LIST + ROW.ob_mutex}) == {LIST + ROW.ob_mutex: (ring.PARK_OBJECT, "list")}
+    dict_type = 0x42000
+    mem.put(dict_type + ROW.ob_type, struct.pack("<Q", TYPE_TYPE))
+    mem.put(dict_type + ROW.tp_name, struct.pack("<Q", NAMES + dict_type))
+    mem.put(NAMES + dict_type, b"dict".ljust(ring.PARK_TYPE, b"\0"))
+    mem.put(LIST + ROW.ob_type, struct.pack("<Q", dict_type))
+    assert kinds.kinds_of({LIST + ROW.ob_mutex}) == {LIST + ROW.ob_mutex: (ring.PARK_OBJECT, "dict")}
