@@ -17,7 +17,7 @@
  * On a free-threaded build running without its GIL, install_parks() also swaps
  * libpython's sem_clockwait/sem_timedwait/sem_wait, the calls a thread parks with
  * (CPython's parking lot on glibc), for wrappers that time each park around the real
- * call (gil_writer.h: PARK, UNPARK) and say what it parked on (park_kind() below).
+ * call (gil_writer.h: PARK, UNPARK) and say what it parked on (park_kind.h).
  *
  * A logged hold also records where the releasing thread's Python code was
  * (otel_gil/gil_location.h, the collector's code too), read with plain loads
@@ -339,6 +339,7 @@ static int hook_cond_timedwait(pthread_cond_t *cond, pthread_mutex_t *mutex, con
 
 /* ------------------------------------------------------------ parks */
 #ifdef Py_GIL_DISABLED
+#include "park_kind.h"
 
 typedef int (*sem_wait_fn)(sem_t *);
 typedef int (*sem_timedwait_fn)(sem_t *, const struct timespec *);
@@ -347,71 +348,14 @@ static sem_wait_fn real_sem_wait;
 static sem_timedwait_fn real_sem_timedwait;
 static sem_clockwait_fn real_sem_clockwait;
 
-/* Where this CPython keeps what a park's address is told apart by (otel_gil/pystructs.py's
- * PARKING row, set by install_parks; offsets in bytes, -1: none). */
+/* What install_parks was told (park_kind.h: where; the rest for park_begin). */
 static struct {
+	struct park_where where;
 	long entry_addr;    /* &wait_entry.addr - &wait_entry.sema (the sem_t a park sleeps on) */
-	long tstate_state;  /* PyThreadState.state */
-	long ob_mutex, ob_type, lock_mutex, tp_name;
-	long stw_runtime, stw_interp; /* stoptheworld.stop_event in _PyRuntime, PyInterpreterState */
-	uintptr_t runtime, runtime_size, interp, interp_size;
-	uintptr_t lock_types[2];        /* _thread.lock, _thread.RLock: the app's locks */
 	uintptr_t park_fn[2], lock_fn[2]; /* _PySemaphore_Wait, PyThread_acquire_lock_timed: [start, end) */
 	const int *gil_enabled;         /* the main interpreter's _gil_runtime_state.enabled */
 } pl;
 static volatile int parks_active;
-static pid_t self_pid;
-
-/* A read of this process's memory that fails instead of faulting (the address may be anything). */
-static int safe_read(void *dst, size_t n, uintptr_t src)
-{
-	struct iovec local = {dst, n}, remote = {(void *)src, n};
-	return syscall(SYS_process_vm_readv, self_pid, &local, 1, &remote, 1, 0) == (long)n ? 0 : -1;
-}
-
-static uintptr_t safe_word(uintptr_t src)
-{
-	uintptr_t word = 0;
-	return safe_read(&word, sizeof(word), src) == 0 ? word : 0;
-}
-
-/* The object at `op` has a type whose type is `type` or a metaclass of it: its name into `name`. */
-static int object_type(uintptr_t op, char *name)
-{
-	uintptr_t type = safe_word(op + pl.ob_type), meta = type ? safe_word(type + pl.ob_type) : 0;
-	if (!meta || (meta != (uintptr_t)&PyType_Type && safe_word(meta + pl.ob_type) != (uintptr_t)&PyType_Type))
-		return 0;
-	uintptr_t tp_name = safe_word(type + pl.tp_name);
-	if (!tp_name || safe_read(name, GIL_PARK_TYPE - 1, tp_name) != 0)
-		name[0] = 0; /* an object all the same: its name unread */
-	return 1;
-}
-
-static inline int in(uintptr_t addr, uintptr_t base, uintptr_t size) { return addr - base < size; }
-
-/* What the address a thread parks on belongs to (GIL_PARK_*), in this order: the thread's
- * own state (suspended for a stop-the-world), a stop-the-world's event (its requester waits
- * for the others), the runtime's or main interpreter's other fields, a threading.Lock's
- * mutex, an object's ob_mutex (a critical section; its type's name into `name`), else other. */
-static __u32 park_kind(uintptr_t addr, char *name)
-{
-	PyThreadState *tstate = PyThreadState_GetUnchecked();
-	if (tstate != NULL && addr == (uintptr_t)tstate + pl.tstate_state)
-		return GIL_PARK_STW;
-	if ((pl.stw_runtime >= 0 && addr == pl.runtime + pl.stw_runtime) ||
-	    (pl.stw_interp >= 0 && addr == pl.interp + pl.stw_interp))
-		return GIL_PARK_STW;
-	if (in(addr, pl.runtime, pl.runtime_size) || in(addr, pl.interp, pl.interp_size))
-		return GIL_PARK_INTERNAL;
-	if ((addr - pl.lock_mutex) % 8 == 0) {
-		uintptr_t type = safe_word(addr - pl.lock_mutex + pl.ob_type);
-		if (type && (type == pl.lock_types[0] || type == pl.lock_types[1]))
-			return GIL_PARK_APP_LOCK;
-	}
-	if ((addr - pl.ob_mutex) % 8 == 0 && object_type(addr - pl.ob_mutex, name))
-		return GIL_PARK_OBJECT;
-	return GIL_PARK_OTHER;
-}
 
 /* PARK, if this sem_* call is a park made without a GIL: the caller's slot (NULL: not one).
  * A parking-lot park sleeps on its wait_entry's semaphore, on the parking thread's stack
@@ -430,7 +374,7 @@ static struct gil_slot *park_begin(sem_t *sem, uintptr_t caller)
 	int saved = errno;
 	char name[GIL_PARK_TYPE] = {0};
 	uintptr_t addr = parked ? *(const uintptr_t *)((const char *)sem + pl.entry_addr) : (uintptr_t)sem;
-	gil_on_park(s, clock_ns(CLOCK_MONOTONIC), parked ? park_kind(addr, name) : GIL_PARK_APP_LOCK, addr, name);
+	gil_on_park(s, clock_ns(CLOCK_MONOTONIC), parked ? park_kind(&pl.where, addr, name) : GIL_PARK_APP_LOCK, addr, name);
 	errno = saved;
 	return s;
 }
@@ -495,7 +439,7 @@ static void after_fork_child(void)
 	API_RESET();
 	learner = 0;
 #ifdef Py_GIL_DISABLED
-	self_pid = getpid();
+	pl.where.pid = getpid();
 #endif
 	if (ring == NULL)
 		return;
@@ -678,8 +622,9 @@ static PyObject *install_parks_locked(PyObject *module, PyObject *args, PyObject
 	unsigned long long long_wait_ns, convoy_ns, lock_type, rlock_type, gil_enabled;
 	(void)module;
 	if (!PyArg_ParseTupleAndKeywords(args, kwds, "IKKllllllllkk(KK)K", kwlist, &slots, &long_wait_ns, &convoy_ns,
-					 &pl.entry_addr, &pl.tstate_state, &pl.ob_mutex, &pl.ob_type, &pl.lock_mutex,
-					 &pl.tp_name, &pl.stw_runtime, &pl.stw_interp, &pl.runtime_size, &pl.interp_size,
+					 &pl.entry_addr, &pl.where.tstate_state, &pl.where.ob_mutex, &pl.where.ob_type,
+					 &pl.where.lock_mutex, &pl.where.tp_name, &pl.where.stw_runtime, &pl.where.stw_interp,
+					 &pl.where.runtime_size, &pl.where.interp_size,
 					 &lock_type, &rlock_type, &gil_enabled))
 		return NULL;
 	if (ring == NULL && (slots < 16 || slots > 65536)) {
@@ -697,11 +642,11 @@ static PyObject *install_parks_locked(PyObject *module, PyObject *args, PyObject
 		header()->long_wait_ns = header()->long_hold_ns = long_wait_ns;
 		header()->convoy_ns = convoy_ns;
 	}
-	pl.runtime = (uintptr_t)dlsym(RTLD_DEFAULT, "_PyRuntime");
-	pl.interp = (uintptr_t)PyInterpreterState_Main();
-	pl.lock_types[0] = (uintptr_t)lock_type, pl.lock_types[1] = (uintptr_t)rlock_type;
+	pl.where.runtime = (uintptr_t)dlsym(RTLD_DEFAULT, "_PyRuntime");
+	pl.where.interp = (uintptr_t)PyInterpreterState_Main();
+	pl.where.lock_types[0] = (uintptr_t)lock_type, pl.where.lock_types[1] = (uintptr_t)rlock_type;
 	pl.gil_enabled = (const int *)(uintptr_t)gil_enabled;
-	self_pid = getpid();
+	pl.where.pid = getpid();
 	int patched = 0;
 	for (int i = 0; i < 3; i++) {
 		int failed = got_patch(&park_gots[i], &park_hooks[i], 1, (const void *)&PyEval_SaveThread);

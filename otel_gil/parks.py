@@ -111,15 +111,10 @@ def start(long_wait_ns: int, nslots: int = 2048) -> Optional[Parks]:
     if problem:
         log.warning("otel-gil: no parked time on spans: %s", problem)
         return None
-    row = pystructs.PARKING[sys.version_info[:2]]
-    runtime = ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, "_PyRuntime"))
-    size_at = lambda position: ctypes.c_uint64.from_address(runtime + position).value  # noqa: E731
+    entry_addr = pystructs.PARKING[sys.version_info[:2]].entry_addr
     try:
-        address, size = _inprocess.install_parks(
-            nslots, long_wait_ns, int(sys.getswitchinterval() * 1e9), row.entry_addr, row.tstate_state, row.ob_mutex,
-            row.ob_type, row.lock_mutex, row.tp_name, row.stw_runtime, row.stw_interp,
-            size_at(pystructs.DEBUG_RUNTIME_SIZE), size_at(pystructs.DEBUG_INTERP_SIZE),
-            (id(_thread.LockType), id(_thread.RLock)), free_threading.enabled_address())
+        address, size = _inprocess.install_parks(nslots, long_wait_ns, int(sys.getswitchinterval() * 1e9), entry_addr,
+                                                 *where(), free_threading.enabled_address())
     except (_inprocess.Unsupported, OSError) as exc:
         log.warning("otel-gil: no parked time on spans: %s", exc)
         return None
@@ -127,6 +122,19 @@ def start(long_wait_ns: int, nslots: int = 2048) -> Optional[Parks]:
     log.info("otel-gil: timing parks in-process (sem_* GOT hooks in %s)", _inprocess.object())
     _follow_contexts(address, nslots)
     return current
+
+
+def where() -> tuple:
+    """What ``install_parks`` tells a park's address apart by (its arguments of these names):
+    ``tstate_state, ob_mutex, ob_type, lock_mutex, tp_name, stw_runtime, stw_interp`` of this
+    CPython's ``pystructs.PARKING`` row, ``runtime_size, interp_size`` as its runtime says, and
+    ``lock_types``, the app's locks."""
+    row = pystructs.PARKING[sys.version_info[:2]]
+    runtime = ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, "_PyRuntime"))
+    size_at = lambda position: ctypes.c_uint64.from_address(runtime + position).value  # noqa: E731
+    return (row.tstate_state, row.ob_mutex, row.ob_type, row.lock_mutex, row.tp_name, row.stw_runtime, row.stw_interp,
+            size_at(pystructs.DEBUG_RUNTIME_SIZE), size_at(pystructs.DEBUG_INTERP_SIZE),
+            (id(_thread.LockType), id(_thread.RLock)))
 
 
 def otel_context_var() -> tuple[Optional[contextvars.ContextVar], Optional[str]]:

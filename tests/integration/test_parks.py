@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from helpers import ROOT, Runner
+from otel_gil import ring
 
 WORKLOAD = ROOT / "tests" / "workloads" / "parks.py"
 HOLD_MS = 200
@@ -205,3 +206,19 @@ def test_soak_every_span_parked_no_longer_than_it_lasted(free_threaded):
     assert len(kinds) >= 2, kinds
     on_loop = [s["attributes"] for s in spans if s["attributes"].get("loop")]
     assert any(a["cpython.parks"] for a in on_loop), len(on_loop)  # (how many: 10 to 300, as the load goes)
+
+
+def test_the_collector_tells_each_address_apart_as_the_in_process_writer(free_threaded, tmp_path):
+    """The twins that say what a park's address is (park_kind.h's park_kind(), the in-process
+    writer's; the collector's parkkinds.py) on the same addresses of one process, each kind
+    among them: they agree."""
+    done = subprocess.run([free_threaded.python, str(ROOT / "tests" / "workloads" / "park_kinds.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **free_threaded.env, "PYTHON_GIL": "0",
+                               "PYTHONPATH": f"{ROOT}:{ROOT / 'collector'}"})
+    assert done.returncode == 0, done.stderr
+    both = json.loads(done.stdout)
+    assert {label: c for label, (c, _) in both.items()} == {label: py for label, (_, py) in both.items()}, both
+    assert {c[0] for c, _ in both.values()} == set(range(ring.PARK_KINDS)), both  # each kind was asked
+    assert both["Lock's lock mutex"][0] == [ring.PARK_APP_LOCK, ""], both
+    assert both["dict's ob_mutex"][0] == [ring.PARK_OBJECT, "dict"], both
