@@ -186,15 +186,24 @@ def stop() -> None:
 Start = tuple[Parks, Parked, int]  # what snapshot() took, on which thread (native id)
 
 
+class OwnStart(NamedTuple):
+    """What snapshot() took where ``contexts``: the ring parks were hooked into then (its header
+    says which parks are long), and the span's own charges (a ``_parkcontexts.Parked``)."""
+
+    parks: Parks
+    charges: object
+
+
 def snapshot(span=None):
-    """At a span's start: where ``contexts``, the span's own charges (a ``_parkcontexts.Parked``),
-    else the calling thread's figures (a :data:`Start`); None: parks are not hooked."""
+    """At a span's start: where ``contexts``, the span's own charges (an :class:`OwnStart`), else
+    the calling thread's figures (a :data:`Start`); None: parks are not hooked."""
     parks = current
     if parks is None:
         return None
     if contexts and span is not None:
         parent = span.parent
-        return _parkcontexts.start(span, span.context.span_id, parent.span_id if parent and not parent.is_remote else 0)
+        return OwnStart(parks, _parkcontexts.start(span, span.context.span_id,
+                                                   parent.span_id if parent and not parent.is_remote else 0))
     try:
         return parks, parks.read()[0], threading.get_native_id()
     except ringlib.BusySlot:  # the span goes without parked time
@@ -208,7 +217,7 @@ def figures(start, wall_minus_mono: int) -> Figures:
     """A span's parked attributes and ``cpython.park`` events (``(name, attributes, start, end)``,
     wall clock ns) from its start's :func:`snapshot` to now; none for a span that ended on
     another thread than the one whose figures it took."""
-    if _parkcontexts is not None and isinstance(start, _parkcontexts.Parked):
+    if isinstance(start, OwnStart):
         return _own_figures(start, wall_minus_mono)
     if start is None or start[2] != threading.get_native_id():
         return {}, []
@@ -225,18 +234,17 @@ def figures(start, wall_minus_mono: int) -> Figures:
     return _attributes(parked, after.parks - before.parks, longs, dropped, parks.convoy_ns, wall_minus_mono)
 
 
-def _own_figures(start, wall_minus_mono: int) -> Figures:
+def _own_figures(start: OwnStart, wall_minus_mono: int) -> Figures:
     """A span's own parks, charged at each switch of context (``_parkcontexts.end``): none where a
     switch went unseen or they break the invariants (per thread, parked <= its duration)."""
-    own = _parkcontexts.end(start)
+    own = _parkcontexts.end(start.charges)
     if own is None:
         return {}, []
     by_kind, count, rows, dropped, elapsed, home, elsewhere, others = own
     if home > elapsed or (others >= 0 and elsewhere > elapsed * others):
         return {}, []
     longs = [LongPark(s, e, min(k, ringlib.PARK_OTHER), t.decode("utf-8", "replace")) for s, e, k, t in rows]
-    convoy_ns = current.convoy_ns if current is not None else int(sys.getswitchinterval() * 1e9)
-    return _attributes(list(by_kind), count, longs, dropped, convoy_ns, wall_minus_mono)
+    return _attributes(list(by_kind), count, longs, dropped, start.parks.convoy_ns, wall_minus_mono)
 
 
 def _attributes(parked: list[int], count: int, longs: list[LongPark], dropped: int, convoy_ns: int,

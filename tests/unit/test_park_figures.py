@@ -5,6 +5,7 @@ or whose slot went back (a fork)."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -63,6 +64,33 @@ def test_nothing_on_another_thread_or_a_slot_gone_back(hooked):
     assert parks.figures((p, before, threading.get_native_id() + 1), 0) == ({}, [])
     slot.parked_ns[ring.PARK_OTHER] = 0  # the slot started afresh
     assert parks.figures((p, before, threading.get_native_id()), 0) == ({}, [])
+
+
+def test_a_span_on_a_loop_takes_its_long_parks_threshold_from_its_ring(hooked, monkeypatch):
+    """Where parks follow contexts: a park is long from the ring's convoy_ns (5 ms), the one fact,
+    even once the switch interval changed and parks were unhooked (stop() in between its end's
+    charges and its figures)."""
+    p, _ = hooked
+    now = time.monotonic_ns()
+    charges = object()
+    own = ([0, 10 * MS, 0, 0, 0], 1, [(now - 20 * MS, now - 10 * MS, ring.PARK_OBJECT, b"list")], 0, 30 * MS,
+           10 * MS, 0, 0)  # what _parkcontexts.end gives: one 10 ms park on a list, on its home thread
+    fake = type("FakeParkContexts", (), {"start": staticmethod(lambda *args: charges),
+                                         "end": staticmethod(lambda got: own if got is charges else None)})
+    monkeypatch.setattr(parks, "_parkcontexts", fake)
+    monkeypatch.setattr(parks, "current", p)
+    monkeypatch.setattr(parks, "contexts", True)
+    span = type("FakeSpan", (), {"parent": None, "context": type("Ctx", (), {"span_id": 1})()})()
+    start = parks.snapshot(span)
+    monkeypatch.setattr(parks, "current", None)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.1)
+    try:
+        attrs, events = parks.figures(start, 0)
+    finally:
+        sys.setswitchinterval(interval)
+    assert attrs["cpython.parked.critical_section_ms"] == pytest.approx(10), attrs
+    assert [e[1]["cpython.park.ms"] for e in events] == [pytest.approx(10)], events
 
 
 def test_no_hooks_no_figures():
