@@ -158,22 +158,29 @@ def instructions(prefix: list[str], code: str, n: int, on: bool, checkout: Path,
     return int(line.split(":")[1].replace(",", "")), (named or [None])[0]
 
 
+def loop_instructions(prefix: list[str], code: str, n: int, on: bool, checkout: Path, warm: int = WARM,
+                      *extra: str) -> tuple[int, Optional[int]]:
+    """Instructions of ``n`` units of ``code``'s loop after ``warm`` (two runs' difference), and how
+    many of those spans named their blocker (LONG_WAITS; else None)."""
+    (before, named0), (after, named1) = (instructions(prefix, code, count, on, checkout, *extra)
+                                         for count in (warm, warm + n))
+    return after - before, None if named1 is None else named1 - named0
+
+
 def per_unit(prefix: list[str], code: str, n: int, checkout: Path, warm: int = WARM, *extra: str) -> dict[bool, float]:
     """Instructions per unit of ``code``'s loop, without otel-gil and with it."""
-    return {on: (instructions(prefix, code, warm + n, on, checkout, *extra)[0] -
-                 instructions(prefix, code, warm, on, checkout, *extra)[0]) / n for on in (False, True)}
+    return {on: loop_instructions(prefix, code, n, on, checkout, warm, *extra)[0] / n for on in (False, True)}
 
 
 def added(prefix: list[str], code: str, n: int, checkout: Path, warm: int = WARM) -> float:
     """Instructions otel-gil adds per unit of ``code``'s loop; LONG_WAITS': per span that named its
     blocker (the others, a few, cost a calm span's: their share of the figure is under 1 %)."""
-    runs = {(on, count): instructions(prefix, code, count, on, checkout) for on in (False, True) for count in (warm, warm + n)}
-    diff = {on: runs[on, warm + n][0] - runs[on, warm][0] for on in (False, True)}
-    named = runs[True, warm + n][1]
-    units = n if named is None else named - runs[True, warm][1]
+    off, _ = loop_instructions(prefix, code, n, False, checkout, warm)
+    on, named = loop_instructions(prefix, code, n, True, checkout, warm)
+    units = n if named is None else named
     if units < NAMED * n:
         raise SystemExit(f"instructions.py: {units} of {n} spans had a long wait with their blocker named")
-    return (diff[True] - diff[False]) / units
+    return (on - off) / units
 
 
 def requests(prefix: list[str], n: int) -> list[str]:

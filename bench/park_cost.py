@@ -172,8 +172,7 @@ def main() -> None:
             diffs = sorted(r[mode][case] - r["off"][case] for r in rounds)
             rows.append(f"| {case} | {mode} | {off:.0f} | {on:.0f} | {statistics.median(diffs):+.0f} | {diffs[0]:+.0f} to "
                         f"{diffs[-1]:+.0f} | {statistics.median(r[mode][case] / r['off'][case] for r in rounds):.3f} |")
-    version = subprocess.run([args.python, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True,
-                             text=True, check=True).stdout.strip()
+    version = results.python_version(args.python)
     command = (f"{'sudo ' if tracer else ''}.venv/bin/python bench/park_cost.py --python {args.python} --rounds {args.rounds} "
                f"--parks {args.parks} --calls {args.calls} --ops {args.ops} --blocks {args.blocks}{'' if tracer else ' --no-collector'}")
     body = f"""

@@ -74,8 +74,7 @@ def main() -> None:
               for _ in range(args.rounds)]
     off, on = (statistics.median(r[m] for r in rounds) for m in ("off", "on"))
     added = sorted(r["on"] - r["off"] for r in rounds)
-    version = subprocess.run([args.python, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True,
-                             text=True, check=True).stdout.strip()
+    version = results.python_version(args.python)
     body = f"""
 `.venv/bin/python bench/park_switches.py --python {args.python} --rounds {args.rounds} --steps {args.steps} \
 --blocks {args.blocks}` on {results.machine()}; the child: CPython {version} free-threaded, GIL off. Ten asyncio

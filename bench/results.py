@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import statistics
+import subprocess
 import time
 from pathlib import Path
 
@@ -16,6 +17,12 @@ def machine() -> str:
     """One line naming the machine and date, for each section's header."""
     return (f"{platform.node()}: {os.cpu_count()} cores, Linux {platform.release()}, "
             f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
+
+
+def python_version(python: str) -> str:
+    """The version of the interpreter at ``python`` (a benchmark's child), e.g. 3.13.5."""
+    return subprocess.run([python, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True, text=True,
+                          check=True).stdout.strip()
 
 
 def quartiles(ratios: list[float]) -> str:

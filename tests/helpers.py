@@ -31,6 +31,9 @@ import stack  # noqa: E402  (examples/stack.py: how the collector, Jaeger and th
 import wheels  # noqa: E402  (scripts/wheels.py: the wheels make wheels builds)
 
 
+OTEL_GIL = [sys.executable, "-m", "otel_gil.cli"]  # this checkout's `otel-gil` (PYTHONPATH: ROOT)
+
+
 def within(measured: float, truth: float, rel: float = 0.05, abs_ms: float = 0.5) -> bool:
     """The tolerance of the ground-truth tests: 5 % or 0.5 ms, whichever is larger."""
     return abs(measured - truth) <= max(rel * truth, abs_ms)
@@ -422,9 +425,10 @@ def check_wait_spans(report: dict, parent: dict) -> None:
         assert child["attributes"] == {**thread, **e["attributes"]}, (child, e)
 
 
-def span(report: dict, name: str) -> dict:
-    found = [s for s in report["spans"] if s["name"] == name]
-    assert len(found) == 1, f"expected one span {name!r}, got {[s['name'] for s in report['spans']]}"
+def span(report: dict, name: str, **attributes) -> dict:
+    """The one span of ``report`` named ``name`` (with these ``attributes``, if given)."""
+    found = [s for s in report["spans"] if s["name"] == name and attributes.items() <= s["attributes"].items()]
+    assert len(found) == 1, f"expected one span {name!r} {attributes}, got {[s['name'] for s in report['spans']]}"
     return found[0]
 
 
@@ -493,7 +497,7 @@ def report_during_bursts(target: subprocess.Popen, *options: str, otel_gil: list
     """Run `otel-gil report --json` on the target, starting its bursts once attached: (report, truth, stderr).
     ``otel_gil``: the command (default: this checkout's, with ``env`` default its PYTHONPATH)."""
     pid = workload_pid(target)
-    otel_gil = otel_gil or [sys.executable, "-m", "otel_gil.cli"]
+    otel_gil = otel_gil or OTEL_GIL
     env = env or {**os.environ, "PYTHONPATH": str(ROOT)}
     report = subprocess.Popen([*otel_gil, "report", "--pid", str(pid), "--json", *options],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)

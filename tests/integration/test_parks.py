@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from helpers import ROOT, Runner
+from helpers import ROOT, Runner, span, within
 from otel_gil import ring
 
 WORKLOAD = ROOT / "tests" / "workloads" / "parks.py"
@@ -28,29 +28,20 @@ def run(runner: Runner, scenario: str, hold_ms: int = HOLD_MS, **env: str) -> di
     return report
 
 
-def victim(report: dict) -> dict:
-    (span,) = [s for s in report["spans"] if s["name"] == "victim"]
-    return span
-
-
-def within(measured_ms: float, truth_ms: float) -> bool:
-    return abs(measured_ms - truth_ms) <= max(0.05 * truth_ms, 0.5)
-
-
-def parks_of(span: dict, kind: str) -> list[dict]:
-    return [e["attributes"] for e in span["events"] if e["name"] == "cpython.park" and e["attributes"]["cpython.park.kind"] == kind]
+def parks_of(of: dict, kind: str) -> list[dict]:
+    return [e["attributes"] for e in of["events"] if e["name"] == "cpython.park" and e["attributes"]["cpython.park.kind"] == kind]
 
 
 def test_a_critical_section_on_a_list(free_threaded):
     report = run(free_threaded, "critical_section")
     assert (report["hooked"], report["gil"]) == (True, False), report["stderr"]
-    attrs, truth_ms = victim(report)["attributes"], report["truth"]["waited_ns"] / MS
+    attrs, truth_ms = span(report, "victim")["attributes"], report["truth"]["waited_ns"] / MS
     assert truth_ms >= HOLD_MS * 0.9, report["truth"]
     assert within(attrs["cpython.parked.critical_section_ms"], truth_ms), (attrs, truth_ms)
     assert report["parked_s"]["critical_section"] * 1e3 >= attrs["cpython.parked.critical_section_ms"] - 1e-6, report["parked_s"]
     assert attrs["cpython.parked.critical_section.top_type"] == "list", attrs
     assert attrs["cpython.parked.app_lock_ms"] + attrs["cpython.parked.stop_the_world_ms"] < 0.5, attrs
-    (park,) = parks_of(victim(report), "critical_section")
+    (park,) = parks_of(span(report, "victim"), "critical_section")
     assert park["cpython.park.object.type"] == "list" and within(park["cpython.park.ms"], truth_ms), park
 
 
@@ -60,17 +51,17 @@ def test_a_stop_the_world_suspends_the_other_threads(free_threaded):
     victim in that pause (then it may have been off the CPU before it parked)."""
     report = run(free_threaded, "stop_the_world")
     assert (report["hooked"], report["gil"]) == (True, False), report["stderr"]
-    truth, span, offset = report["truth"], victim(report), report["wall_minus_mono"]
+    truth, victim, offset = report["truth"], span(report, "victim"), report["wall_minus_mono"]
     assert truth["pause_start_ns"] < truth["collect_end_ns"] and truth["pause_end_ns"] > truth["collect_start_ns"], truth
     pause_ms = (truth["pause_end_ns"] - truth["pause_start_ns"]) / MS
-    (event,) = [e for e in span["events"] if e["attributes"] == max(parks_of(span, "stop_the_world"),
+    (event,) = [e for e in victim["events"] if e["attributes"] == max(parks_of(victim, "stop_the_world"),
                                                                     key=lambda p: p["cpython.park.ms"])]
     park_ms, start_ns = event["attributes"]["cpython.park.ms"], event["time"] - offset
     assert -0.5 * MS <= truth["pause_end_ns"] - (start_ns + park_ms * MS) <= max(0.05 * pause_ms, 0.5) * MS, (event, truth)
     assert start_ns >= truth["pause_start_ns"] - 0.5 * MS, (event, truth)
     if not truth["pause_preempted"]:
         assert within(park_ms, pause_ms), (event, truth)
-    assert span["attributes"]["cpython.parked.stop_the_world_ms"] >= park_ms, span["attributes"]
+    assert victim["attributes"]["cpython.parked.stop_the_world_ms"] >= park_ms, victim["attributes"]
     assert report["parked_s"]["stop_the_world"] * 1e3 >= park_ms - 1e-6, report["parked_s"]
 
 
@@ -78,7 +69,7 @@ def test_a_stop_the_world_suspends_the_other_threads(free_threaded):
 def test_a_lock_held_by_another_thread_is_the_apps_lock(free_threaded, scenario):
     report = run(free_threaded, scenario)
     assert (report["hooked"], report["gil"]) == (True, False), report["stderr"]
-    attrs, truth_ms = victim(report)["attributes"], report["truth"]["waited_ns"] / MS
+    attrs, truth_ms = span(report, "victim")["attributes"], report["truth"]["waited_ns"] / MS
     assert truth_ms >= HOLD_MS * 0.9, report["truth"]
     assert within(attrs["cpython.parked.app_lock_ms"], truth_ms), (attrs, truth_ms)
     assert report["parked_s"]["app_lock"] * 1e3 >= attrs["cpython.parked.app_lock_ms"] - 1e-6, report["parked_s"]
@@ -89,15 +80,10 @@ def test_a_forked_child_times_its_own_parks(free_threaded):
     """The child of a process whose parks were hooked starts its slots afresh and times its own."""
     report = run(free_threaded, "fork")
     assert report["hooked"], report["stderr"]
-    child, parent = report["truth"], victim(report)["attributes"]
+    child, parent = report["truth"], span(report, "victim")["attributes"]
     assert parent["cpython.parked.app_lock_ms"] >= HOLD_MS * 0.9, parent
     attrs, truth_ms = child["attributes"], child["truth"]["waited_ns"] / MS
     assert within(attrs["cpython.parked.app_lock_ms"], truth_ms) and attrs["cpython.parks"] == 1, (attrs, truth_ms)
-
-
-def span_named(report: dict, name: str, **attributes) -> dict:
-    (span,) = [s for s in report["spans"] if s["name"] == name and attributes.items() <= s["attributes"].items()]
-    return span["attributes"]
 
 
 def own_parks_on_a_shared_thread(report: dict, blocked: dict, victim: dict) -> None:
@@ -119,7 +105,7 @@ def test_on_an_asyncio_loop_each_request_carries_its_own_parks(free_threaded, sc
     loop's thread, or in asyncio.to_thread's worker) carries the park; the other, in flight
     throughout, none of it."""
     report = run(free_threaded, scenario)
-    own_parks_on_a_shared_thread(report, span_named(report, "blocked"), span_named(report, "victim"))
+    own_parks_on_a_shared_thread(report, span(report, "blocked")["attributes"], span(report, "victim")["attributes"])
     (blocked,) = [s for s in report["spans"] if s["name"] == "blocked"]
     (park,) = parks_of(blocked, "app_lock")
     assert within(park["cpython.park.ms"], report["truth"]["waited_ns"] / MS), park
@@ -129,15 +115,15 @@ def test_on_uvicorn_each_request_carries_its_own_parks(free_threaded):
     """A real uvicorn server (asyncio loop, h11), OpenTelemetry's ASGI middleware making the server
     spans: GET /blocked waits 200 ms for a lock while GET /victim is in flight on the same loop."""
     report = run(free_threaded, "uvicorn")
-    own_parks_on_a_shared_thread(report, span_named(report, "GET /blocked", **{"http.target": "/blocked"}),
-                                 span_named(report, "GET /victim", **{"http.target": "/victim"}))
+    blocked, victim = (span(report, f"GET /{name}", **{"http.target": f"/{name}"}) for name in ("blocked", "victim"))
+    own_parks_on_a_shared_thread(report, blocked["attributes"], victim["attributes"])
 
 
 def test_between_greenlets_each_carries_its_own_parks(free_threaded):
     """Two greenlets of one thread (PYTHON_GIL=0: greenlet 3.2's module does not declare
     Py_mod_gil, so importing it would turn the GIL on): the one that waits carries the park."""
     report = run(free_threaded, "greenlets", PYTHON_GIL="0")
-    own_parks_on_a_shared_thread(report, span_named(report, "blocked"), span_named(report, "victim"))
+    own_parks_on_a_shared_thread(report, span(report, "blocked")["attributes"], span(report, "victim")["attributes"])
 
 
 def test_with_the_gil_on_gil_figures_and_no_parked_time(free_threaded):
@@ -145,7 +131,7 @@ def test_with_the_gil_on_gil_figures_and_no_parked_time(free_threaded):
     (the holder sleeps with the GIL released), so nothing is counted twice."""
     report = run(free_threaded, "app_lock", PYTHON_GIL="1")
     assert (report["hooked"], report["contexts"], report["gil"]) == (False, False, True), report["stderr"]
-    attrs = victim(report)["attributes"]
+    attrs = span(report, "victim")["attributes"]
     assert not [k for k in attrs if k.startswith("cpython.park")] and not report["parked_s"], (attrs, report)
     assert "gil.wait_ms" in attrs and "gil.status" not in attrs, attrs
     assert attrs["gil.wait_ms"] < 0.1 * report["truth"]["waited_ns"] / MS, attrs
@@ -158,7 +144,7 @@ def test_without_the_c_charge_points_a_loop_span_carries_no_parks(free_threaded)
     assert (report["hooked"], report["contexts"]) == (True, False), report["stderr"]
     assert report["parked_s"]["app_lock"] * 1e3 >= HOLD_MS * 0.5, report["parked_s"]
     for name in ("victim", "blocked"):
-        attrs = span_named(report, name)
+        attrs = span(report, name)["attributes"]
         assert not [k for k in attrs if k.startswith("cpython.park")], attrs
     assert "_parkcontexts was not built: spans on event loops and greenlets carry no parked time" in report["stderr"]
 
@@ -168,10 +154,10 @@ def test_a_span_in_flight_across_a_reinstrument_carries_no_parks(free_threaded):
     a span started after carries its own."""
     report = run(free_threaded, "reinstrumented")
     assert (report["hooked"], report["contexts"]) == (True, True), report["stderr"]
-    attrs = span_named(report, "victim")
+    attrs = span(report, "victim")["attributes"]
     assert report["truth"]["victim_waited_ns"] / MS >= HOLD_MS * 0.5, report["truth"]  # it did park, in the span
     assert not [k for k in attrs if k.startswith("cpython.park")], attrs
-    after, truth_ms = span_named(report, "after"), report["truth"]["waited_ns"] / MS
+    after, truth_ms = span(report, "after")["attributes"], report["truth"]["waited_ns"] / MS
     assert truth_ms >= HOLD_MS * 0.9 and within(after["cpython.parked.app_lock_ms"], truth_ms), (after, truth_ms)
 
 
@@ -182,7 +168,7 @@ def test_with_the_gil_on_a_loop_is_as_before(free_threaded):
     assert (report["hooked"], report["contexts"], report["gil"]) == (False, False, True), report["stderr"]
     assert report["context_run_instrumented"] == "method_descriptor", report["context_run_instrumented"]
     for name in ("victim", "blocked"):
-        attrs = span_named(report, name)
+        attrs = span(report, name)["attributes"]
         assert not [k for k in attrs if k.startswith("cpython.park")], attrs
         assert attrs["gil.status"] == "shared_thread", attrs
 
@@ -196,12 +182,12 @@ def test_soak_every_span_parked_no_longer_than_it_lasted(free_threaded):
     spans = [s for s in report["spans"] if s["name"] == "request"]  # not the cpython.park child spans
     assert len(spans) > 100, len(spans)
     kinds = set()
-    for span in spans:
-        attrs = span["attributes"]
+    for request in spans:
+        attrs = request["attributes"]
         parked = [attrs[f"cpython.parked.{kind}_ms"] for kind in ("stop_the_world", "critical_section", "app_lock",
                                                                       "internal", "other")]
         assert min(parked) >= 0 and abs(sum(parked) - attrs["cpython.parked_ms"]) < 1e-6, attrs
-        assert attrs["cpython.parked_ms"] * MS <= span["duration_ns"], span
+        assert attrs["cpython.parked_ms"] * MS <= request["duration_ns"], request
         kinds |= {i for i, p in enumerate(parked) if p}
     assert len(kinds) >= 2, kinds
     on_loop = [s["attributes"] for s in spans if s["attributes"].get("loop")]

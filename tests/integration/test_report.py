@@ -17,12 +17,11 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from helpers import (BURST_NS, ROOT, Runner, check_functions, hog_hold_ok, report_during_bursts, start_target,
-                     within)
+from helpers import (BURST_NS, OTEL_GIL, ROOT, Runner, check_functions, hog_hold_ok, report_during_bursts,
+                     start_target, within)
 from otel_gil import ring
 from otel_gil_collector import report, timeline
 
-CLI = [sys.executable, "-m", "otel_gil.cli"]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
@@ -96,7 +95,7 @@ def test_report_says_when_the_gil_was_not_located():
     """No GIL hand-off during the capture (every thread blocked): no figures, not zeros."""
     target, _ = start_target()  # idle until SIGUSR1, which never comes
     try:
-        done = subprocess.run([*CLI, "report", "--pid", str(target.pid), "--duration", "1s", "--json"],
+        done = subprocess.run([*OTEL_GIL, "report", "--pid", str(target.pid), "--duration", "1s", "--json"],
                               capture_output=True, text=True, env=ENV, timeout=60)
     finally:
         target.kill()
@@ -186,7 +185,7 @@ def test_top_in_tmux_shows_the_hog_first_and_quits(quit_key):
     target, tids = start_target(bursts=400)  # 60 s of bursts
     target.send_signal(signal.SIGUSR1)
     try:
-        command = " ".join([*CLI, "top", "--pid", str(target.pid), "--interval", "0.5"])
+        command = " ".join([*OTEL_GIL, "top", "--pid", str(target.pid), "--interval", "0.5"])
         _tmux("new-session", "-d", "-s", "top", "-x", "150", "-y", "30", "-e", f"PYTHONPATH={ROOT}", command)
         _pane_until(lambda s: "q quits" in s and re.search(r"^ +\d+ .*%", s, re.M), 60)
         first = _pane_until(lambda s: re.search(r"^ +\d+ .*%", s, re.M), 5)
