@@ -29,9 +29,9 @@ import sys
 from otel_gil.environment_variables import DEFAULT_SOCKET
 from otel_gil_collector import uprobe_check
 
-_CAP_SYS_PTRACE, _CAP_SYS_ADMIN, _CAP_PERFMON, _CAP_BPF = 19, 21, 38, 39
-_CAPABILITY_NAMES = {_CAP_SYS_PTRACE: "CAP_SYS_PTRACE", _CAP_SYS_ADMIN: "CAP_SYS_ADMIN",
-                     _CAP_PERFMON: "CAP_PERFMON", _CAP_BPF: "CAP_BPF"}
+_CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH, _CAP_SYS_PTRACE, _CAP_SYS_ADMIN, _CAP_PERFMON, _CAP_BPF = 1, 2, 19, 21, 38, 39
+_CAPABILITY_NAMES = {_CAP_SYS_PTRACE: "CAP_SYS_PTRACE", _CAP_SYS_ADMIN: "CAP_SYS_ADMIN", _CAP_PERFMON: "CAP_PERFMON",
+                     _CAP_BPF: "CAP_BPF", _CAP_DAC_READ_SEARCH: "CAP_DAC_READ_SEARCH"}
 _BCC_PATHS = ("/usr/lib/python3/dist-packages", "/usr/lib64/python3/site-packages")
 FDS_PER_PROCESS = 6  # a registered process: connection, pidfd, ring, three uprobes
 FDS_RESERVED = 256  # connections waiting for a hello, planner workers, bcc, uprobes being closed
@@ -62,16 +62,19 @@ def missing_capabilities(caps: int, last_cap: int, uprobes_refused: bool) -> lis
     """The capabilities the collector needs and ``caps`` lacks: to open uprobes (CAP_SYS_ADMIN
     where the kernel refuses them without it: ``uprobes_refused``), to load its program
     (CAP_BPF; the kernel refuses it without CAP_PERFMON; CAP_SYS_ADMIN covers both) and to
-    attach to processes that hold capabilities it has not (CAP_SYS_PTRACE: a root app in a
-    container)."""
+    attach to processes of another uid or that hold capabilities it has not (CAP_SYS_PTRACE: a
+    root app in a container), whose files it names by /proc/PID/map_files/, a directory of mode
+    0500 owned by their uid (CAP_DAC_READ_SEARCH; CAP_DAC_OVERRIDE covers it)."""
     held = {bit for bit in _CAPABILITY_NAMES if caps & (1 << bit)}
+    if caps & (1 << _CAP_DAC_OVERRIDE):
+        held.add(_CAP_DAC_READ_SEARCH)
     if _CAP_SYS_ADMIN in held:
         needed = []
     elif uprobes_refused or last_cap < _CAP_BPF:
         needed = [_CAP_SYS_ADMIN]
     else:
         needed = [_CAP_BPF, _CAP_PERFMON]
-    return [_CAPABILITY_NAMES[bit] for bit in [*needed, _CAP_SYS_PTRACE] if bit not in held]
+    return [_CAPABILITY_NAMES[bit] for bit in [*needed, _CAP_SYS_PTRACE, _CAP_DAC_READ_SEARCH] if bit not in held]
 
 
 def _check_privileges() -> None:
@@ -81,7 +84,8 @@ def _check_privileges() -> None:
     if not missing:
         return
     if os.geteuid() != 0 and not caps:
-        raise PreflightError("otel-gil-collector needs root (or CAP_SYS_ADMIN + CAP_SYS_PTRACE): run it with sudo")
+        raise PreflightError("otel-gil-collector needs root (or CAP_SYS_ADMIN + CAP_SYS_PTRACE + CAP_DAC_READ_SEARCH): "
+                             "run it with sudo")
     why = " (this kernel opens uprobes only with CAP_SYS_ADMIN)" if refused and "CAP_SYS_ADMIN" in missing else ""
     raise PreflightError(f"otel-gil-collector lacks {' and '.join(missing)}{why}: add {'it' if len(missing) == 1 else 'them'} "
                          "to its capabilities (Kubernetes: securityContext.capabilities.add, as "

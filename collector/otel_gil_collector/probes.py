@@ -40,6 +40,9 @@ _COND_FUNCTIONS = (("pthread_cond_signal", "cond_signal"), ("pthread_cond_timedw
 _COND_SIGNAL = {0: "cond_signal_locations", ring.LINES_LNOTAB: "cond_signal_lnotab",
                 ring.LINES_PAIRS: "cond_signal_pairs", ring.LINES_LOCATIONS: "cond_signal_locations"}
 _DELETED = " (deleted)"
+_MAP_FILES_NEED = ("opening /proc/{pid}/map_files/ needs CAP_SYS_ADMIN, and for a process of another uid "
+                   "CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH (the directory is mode 0500, its uid's): add them to the "
+                   "collector's capabilities (as deploy/kubernetes/collector-daemonset.yaml does) or run it as root")
 _CALLER_BYTES = 256
 
 
@@ -126,7 +129,7 @@ def _host_path(pid: int, mapping: Mapping) -> str:
     raise UnsupportedProcess(
         protocol.UNSUPPORTED_INTERPRETER,
         f"cannot open {mapping.path}{_DELETED if mapping.deleted else ''} as process {pid} maps it "
-        f"(inode {mapping.inode}): opening /proc/{pid}/map_files/ needs CAP_SYS_ADMIN; run the collector as root",
+        f"(inode {mapping.inode}): {_MAP_FILES_NEED.format(pid=pid)}",
     )
 
 
@@ -292,8 +295,17 @@ def plan_parks(pid: int, found: Interpreter) -> ProbePlan:
 
 
 def _attach_path(pid: int, mapping: Mapping) -> str:
-    """The file ``mapping`` maps, as a magic link the kernel follows without a lookup."""
-    return f"/proc/{pid}/map_files/{mapping.range}"
+    """The file ``mapping`` maps, as a magic link the kernel follows without a lookup; refused
+    (bcc would then try tracefs, which a container has not, and say only that), why."""
+    path = f"/proc/{pid}/map_files/{mapping.range}"
+    try:
+        os.stat(path)
+    except PermissionError as exc:
+        raise UnsupportedProcess(protocol.ATTACH_FAILED, f"cannot open {path} ({mapping.path}): {exc.strerror}: "
+                                 f"{_MAP_FILES_NEED.format(pid=pid)}") from None
+    except OSError:
+        pass  # gone or unmapped since: the attach says so
+    return path
 
 
 def _cond_library(pid: int, maps: list[Mapping]) -> tuple[elf.ElfInfo, Mapping]:

@@ -370,6 +370,8 @@ class Server:
             code = getattr(exc, "code", protocol.INTERNAL)
             if code == protocol.INTERNAL:
                 log.error("registration of pid %d failed: %s", request.pid, exc, exc_info=not isinstance(exc, probes.UnsupportedProcess))
+            elif code == protocol.ATTACH_FAILED:  # the collector's privileges, say: the operator's to fix
+                log.warning("pid %d (uid %d) refused: %s", request.pid, request.uid, exc)
             os.close(request.pidfd)
             self._reply_error(request.conn, code, str(exc))
             request.conn.close()

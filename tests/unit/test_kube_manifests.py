@@ -59,7 +59,7 @@ def test_daemonset_has_the_production_fields(rendered):
         assert container[probe]["exec"]["command"] == ["otel-gil-collector", "--probe", *container["args"]], probe
     security = container["securityContext"]
     assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
-    assert security["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN", "SYS_PTRACE"]}
+    assert security["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH"]}
     writable = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
     assert writable == {"/run/otel-gil", "/tmp"}
 
