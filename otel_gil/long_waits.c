@@ -18,6 +18,7 @@
 #define MAX_OWNERS 8    /* a kernel id's owners read here (threads._Memory keeps them) */
 
 static int ready = 0;   /* 1: initialized, -1: failed for good (the Python hooks do it all) */
+static PyObject *threads_dict, *ident_property, *name_property, *s_t_private_ident, *s_t_private_name;
 static PyObject *threads_module, *wait_spans_module, *event_type, *bounded_type, *context_var, *span_key;
 static PyObject *s_end_time, *s_memory, *s_freed, *s_owners, *s_horizon, *s_since, *s_running, *s_ended, *s_ref, *s_ident,
 	*s_o_name, *s_t_ident, *s_t_name, *s_threshold, *s_closed, *s_handed, *s_events, *s_dq, *s_limits,
@@ -25,6 +26,8 @@ static PyObject *s_end_time, *s_memory, *s_freed, *s_owners, *s_horizon, *s_sinc
 static PyObject *k_wait_ms, *k_b_native, *k_b_id, *k_b_name, *k_b_hold, *k_bs_native, *k_bs_name, *k_bs_hold,
 	*k_bs_others, *k_b_function, *k_b_file, *k_b_line, *k_b_stack, *k_bs_unrecorded, *k_handoff, *k_forced,
 	*k_t_native, *k_t_id, *k_t_name, *k_t_hold, *k_t_function, *k_t_file, *k_t_line, *event_name;
+
+static int init_models(void);
 
 static PyObject *attr_of(PyObject *module, const char *name)
 {
@@ -52,6 +55,14 @@ static int init(void)
 	PyObject *context = PyImport_ImportModule("opentelemetry.context");
 	PyObject *propagation = PyImport_ImportModule("opentelemetry.trace.propagation");
 	PyObject *runtime = attr_of(context, "_RUNTIME_CONTEXT");
+	PyObject *threading = PyImport_ImportModule("threading"), *thread = attr_of(threading, "Thread");
+	ident_property = thread ? _PyType_Lookup((PyTypeObject *)thread, s_t_ident = PyUnicode_InternFromString("ident")) : NULL;
+	name_property = thread ? _PyType_Lookup((PyTypeObject *)thread, s_t_name = PyUnicode_InternFromString("name")) : NULL;
+	Py_XINCREF(ident_property);
+	Py_XINCREF(name_property);
+	Py_XDECREF(threading);
+	Py_XDECREF(thread);
+	threads_dict = threads_module ? PyModule_GetDict(threads_module) : NULL;
 	event_type = attr_of(sdk, "Event");
 	bounded_type = attr_of(attributes, "BoundedAttributes");
 	context_var = attr_of(runtime, "_current_context");
@@ -62,7 +73,7 @@ static int init(void)
 	} names[] = {
 		{&s_end_time, "_end_time"}, {&s_memory, "_memory"}, {&s_freed, "freed"}, {&s_owners, "owners"}, {&s_horizon, "horizon_ns"},
 		{&s_since, "since_ns"}, {&s_running, "running_ns"}, {&s_ended, "ended_ns"}, {&s_ref, "ref"},
-		{&s_ident, "ident"}, {&s_o_name, "name"}, {&s_t_ident, "ident"}, {&s_t_name, "name"},
+		{&s_ident, "ident"}, {&s_o_name, "name"}, {&s_t_private_ident, "_ident"}, {&s_t_private_name, "_name"},
 		{&s_threshold, "threshold_ns"}, {&s_closed, "_CLOSED"}, {&s_handed, "_HANDED"}, {&s_events, "_events"},
 		{&s_dq, "_dq"}, {&s_limits, "_limits"}, {&s_max_event_attrs, "max_event_attributes"},
 		{&s_max_attr_len, "max_attribute_length"}, {&s_o_dict, "_dict"}, {&s_immutable, "_immutable"},
@@ -96,8 +107,8 @@ static int init(void)
 	Py_XDECREF(context);
 	Py_XDECREF(propagation);
 	Py_XDECREF(runtime);
-	int ok = !PyErr_Occurred() && threads_module && wait_spans_module && event_type && bounded_type && context_var &&
-		 span_key;
+	int ok = !PyErr_Occurred() && threads_dict && ident_property && name_property && wait_spans_module &&
+		 event_type && bounded_type && context_var && span_key && init_models() == 0;
 	PyErr_Clear();
 	return ok ? 1 : -1;
 }
@@ -122,9 +133,15 @@ static PyObject *ms3(int64_t ns)
 
 static inline int64_t as_i64(PyObject *value, int *ok)
 {
-	long long v = value ? PyLong_AsLongLong(value) : 0;
+	long v = value ? PyLong_AsLong(value) : 0; /* LP64: as wide, and quicker */
 	*ok &= value != NULL && PyLong_Check(value) && !PyErr_Occurred();
 	return v;
+}
+
+/* getattr(thread, name) where its type has threading.Thread's property (its field, `private`, read directly). */
+static PyObject *thread_property(PyObject *thread, PyObject *name, PyObject *property, PyObject *private)
+{
+	return _PyType_Lookup(Py_TYPE(thread), name) == property ? lookup(thread, private) : PyObject_GetAttr(thread, name);
 }
 
 /* who(tid, start, end) = otel_gil.threads.owner for a tid whose owners threads knows
@@ -134,8 +151,9 @@ static inline int64_t as_i64(PyObject *value, int *ok)
 static int owner(uint32_t tid, uint64_t start_ns, uint64_t end_ns, PyObject **ident, PyObject **name)
 {
 	*ident = *name = NULL;
-	PyObject *memory = lookup(threads_module, s_memory), *freed = NULL, *owners = NULL, *key = NULL, *list = NULL;
+	PyObject *memory = PyDict_GetItemWithError(threads_dict, s_memory), *freed = NULL, *owners = NULL, *key = NULL, *list = NULL;
 	int rc = -1, ok = 1;
+	Py_XINCREF(memory);
 	if (memory == NULL || memory == Py_None)
 		goto done;
 	freed = lookup(memory, s_freed);
@@ -180,18 +198,18 @@ static int owner(uint32_t tid, uint64_t start_ns, uint64_t end_ns, PyObject **id
 		goto done;
 	PyObject *o = PyList_GET_ITEM(list, could), *ref = lookup(o, s_ref);
 	PyObject *thread = ref && PyWeakref_Check(ref) ? PyWeakref_GetObject(ref) : NULL; /* borrowed */
-	if (thread != NULL && thread != Py_None) { /* _Owner.who: follows renames while its Thread lives */
-		PyObject *i = PyObject_GetAttr(thread, s_t_ident), *nm = i ? PyObject_GetAttr(thread, s_t_name) : NULL;
-		rc = nm && !store_attr(o, s_ident, i) && !store_attr(o, s_o_name, nm) ? 0 : -1;
-		Py_XDECREF(i);
-		Py_XDECREF(nm);
+	*ident = lookup(o, s_ident);
+	*name = *ident ? lookup(o, s_o_name) : NULL;
+	rc = *name ? 0 : -1;
+	if (rc == 0 && thread != NULL && thread != Py_None) { /* _Owner.who: follows renames while its Thread lives */
+		PyObject *i = thread_property(thread, s_t_ident, ident_property, s_t_private_ident);
+		PyObject *nm = i ? thread_property(thread, s_t_name, name_property, s_t_private_name) : NULL;
+		if (nm != *name || i != *ident)
+			rc = nm && !store_attr(o, s_ident, i) && !store_attr(o, s_o_name, nm) ? 0 : -1;
+		Py_XSETREF(*ident, i);
+		Py_XSETREF(*name, nm);
 	}
 	Py_XDECREF(ref);
-	if (rc == 0) {
-		*ident = lookup(o, s_ident);
-		*name = *ident ? lookup(o, s_o_name) : NULL;
-		rc = *name ? 0 : -1;
-	}
 done:
 	if (rc == 0 && *ident == NULL) {
 		Py_INCREF(Py_None), *ident = Py_None;
@@ -288,11 +306,61 @@ static int holds_since(const char *base, uint32_t nslots, uint64_t since_ns, str
 	return kept;
 }
 
-/* The location of hold `index` (ring.Ring.location), frames decoded: its innermost frame's
- * function, file and line (a new reference each, line NULL where 0), the stacktrace; 0, 1
- * where it is not in the ring (blame: unlocated), 2 where it has no frame, -1 on an error. */
-static int location(const char *base, uint32_t nslots, uint64_t index, PyObject **function, PyObject **file,
-		    PyObject **line, PyObject **stack)
+#define LOCATIONS 16 /* locations decoded lately, kept with their strings */
+static struct known {
+	struct gil_frame frames[GIL_LOC_FRAMES];
+	uint32_t nframes;
+	PyObject *function, *file, *line, *stack; /* its innermost frame's (line NULL where 0), its stacktrace */
+} known[LOCATIONS];
+static unsigned next_known;
+
+/* A location's strings (blame.code_attributes, blame.stacktrace): its entry in known, or NULL on an error. */
+static const struct known *decoded(const struct gil_frame *frames, uint32_t nframes)
+{
+	for (int i = 0; i < LOCATIONS; i++)
+		if (known[i].stack && known[i].nframes == nframes && !memcmp(known[i].frames, frames, nframes * sizeof(*frames)))
+			return &known[i];
+	PyObject *rows = PyList_New(0), *function = NULL, *file = NULL, *line = NULL;
+	for (uint32_t i = 0; rows && i < nframes; i++) {
+		const struct gil_frame *f = &frames[i];
+		PyObject *fn = text(f->name, GIL_LOC_NAME, f->name_kind, f->name_len, 0);
+		PyObject *path = fn ? text(f->file, GIL_LOC_FILE, f->file_kind, f->file_len, 1) : NULL;
+		PyObject *row = path ? (f->line ? PyUnicode_FromFormat("%U (%U:%u)", fn, path, f->line)
+						: PyUnicode_FromFormat("%U (%U:?)", fn, path)) : NULL;
+		if (i == 0 && row) {
+			function = fn, file = path, fn = path = NULL;
+			line = f->line ? PyLong_FromUnsignedLong(f->line) : NULL;
+		}
+		Py_XDECREF(fn);
+		Py_XDECREF(path);
+		if (row == NULL || PyList_Append(rows, row))
+			Py_CLEAR(rows);
+		Py_XDECREF(row);
+	}
+	PyObject *newline = rows ? PyUnicode_FromString("\n") : NULL;
+	PyObject *stack = newline ? PyUnicode_Join(newline, rows) : NULL;
+	Py_XDECREF(newline);
+	Py_XDECREF(rows);
+	if (stack == NULL || (frames[0].line && line == NULL)) {
+		Py_XDECREF(function);
+		Py_XDECREF(file);
+		Py_XDECREF(line);
+		Py_XDECREF(stack);
+		return NULL;
+	}
+	struct known *k = &known[next_known++ % LOCATIONS];
+	Py_XDECREF(k->function);
+	Py_XDECREF(k->file);
+	Py_XDECREF(k->line);
+	Py_XDECREF(k->stack);
+	*k = (struct known){.nframes = nframes, .function = function, .file = file, .line = line, .stack = stack};
+	memcpy(k->frames, frames, nframes * sizeof(*frames));
+	return k;
+}
+
+/* The location of hold `index` (ring.Ring.location), decoded (*out: borrowed, kept in known);
+ * 0, 1 where it is not in the ring (blame: unlocated), 2 where it has no frame, -1 on an error. */
+static int location(const char *base, uint32_t nslots, uint64_t index, const struct known **out)
 {
 	const volatile struct gil_location *live = (const volatile struct gil_location *)(
 		base + (1 + nslots + GIL_HOLD_PAGES + index % GIL_LOC_LEN) * sizeof(struct gil_slot));
@@ -308,28 +376,8 @@ static int location(const char *base, uint32_t nslots, uint64_t index, PyObject 
 	uint32_t nframes = copy.nframes < GIL_LOC_FRAMES ? copy.nframes : GIL_LOC_FRAMES;
 	if (nframes == 0)
 		return 2;
-	PyObject *rows = PyList_New(0);
-	for (uint32_t i = 0; rows && i < nframes; i++) {
-		const struct gil_frame *f = &copy.frames[i];
-		PyObject *fn = text(f->name, GIL_LOC_NAME, f->name_kind, f->name_len, 0);
-		PyObject *path = fn ? text(f->file, GIL_LOC_FILE, f->file_kind, f->file_len, 1) : NULL;
-		PyObject *row = path ? (f->line ? PyUnicode_FromFormat("%U (%U:%u)", fn, path, f->line)
-						: PyUnicode_FromFormat("%U (%U:?)", fn, path)) : NULL;
-		if (i == 0 && row) {
-			*function = fn, *file = path, fn = path = NULL;
-			*line = f->line ? PyLong_FromUnsignedLong(f->line) : NULL;
-		}
-		Py_XDECREF(fn);
-		Py_XDECREF(path);
-		if (row == NULL || PyList_Append(rows, row))
-			Py_CLEAR(rows);
-		Py_XDECREF(row);
-	}
-	PyObject *newline = rows ? PyUnicode_FromString("\n") : NULL;
-	*stack = newline ? PyUnicode_Join(newline, rows) : NULL;
-	Py_XDECREF(newline);
-	Py_XDECREF(rows);
-	return *stack ? 0 : -1;
+	*out = decoded(copy.frames, nframes);
+	return *out ? 0 : -1;
 }
 
 void long_waits_clear(struct long_waits *lw)
@@ -343,36 +391,124 @@ void long_waits_clear(struct long_waits *lw)
 
 #define PUT(into, key, value) (keys[n] = (key), failed |= (into[n++] = (value)) == NULL)
 
-/* The gil.wait event object, made as span.add_event would (its attributes are ours, clean):
- * a new reference, NULL (no error) where the SDK would apply a limit, or on an error. */
-static PyObject *event(PyObject *span, PyObject *const *keys, PyObject *const *values, int n, int64_t timestamp)
+/* Instances of the SDK's BoundedAttributes and Event as their constructors leave them, made
+ * without running those (Python code, some 3,000 instructions each): the attributes of a model
+ * instance made once (vars(), in their order), those that differ per instance given anew. */
+#define MODEL_ATTRS 8
+struct model {
+	PyTypeObject *type;
+	int n;
+	PyObject *names[MODEL_ATTRS], *values[MODEL_ATTRS];
+};
+static struct model bounded_model, event_model;
+static PyObject *lock_maker, *empty_tuple, *s_name_, *s_timestamp, *s_attributes_;
+static PyObject *event_dicts[64]; /* dict_fill_empty's models, by the optional keys an event has */
+
+/* Learn obj's attributes as a model: 0, or -1 where instances cannot be made so (a __new__ of
+ * its type's own, no instance dict, an attribute not among `given` that is not immutable). */
+static int learn(struct model *m, PyObject *obj, PyObject *const *given, int n_given)
+{
+	PyObject *d = obj && Py_TYPE(obj)->tp_new == PyBaseObject_Type.tp_new ? PyObject_GenericGetDict(obj, NULL) : NULL;
+	int ok = d != NULL && PyDict_CheckExact(d) && PyDict_GET_SIZE(d) <= MODEL_ATTRS, found = 0;
+	PyObject *key, *value;
+	for (Py_ssize_t pos = 0; ok && PyDict_Next(d, &pos, &key, &value);) {
+		int mine = 0;
+		for (int j = 0; j < n_given; j++)
+			mine |= PyUnicode_Compare(key, given[j]) == 0;
+		found += mine;
+		ok = PyUnicode_CheckExact(key) && (mine || value == Py_None || PyBool_Check(value) ||
+						   PyLong_CheckExact(value) || PyUnicode_CheckExact(value));
+		Py_INCREF(key);
+		PyUnicode_InternInPlace(&key);
+		Py_INCREF(value);
+		m->names[m->n] = key, m->values[m->n++] = value;
+	}
+	Py_XDECREF(d);
+	if (ok && found == n_given) {
+		Py_INCREF(Py_TYPE(obj));
+		m->type = Py_TYPE(obj);
+	}
+	clear_error();
+	return ok && found == n_given ? 0 : -1;
+}
+
+/* A new instance of the model's type with its attributes, names[i] set to values[i] (interned names). */
+static PyObject *instance(const struct model *m, PyObject *const *names, PyObject *const *values, int n)
+{
+	PyObject *obj = m->type->tp_new(m->type, empty_tuple, NULL);
+	for (int i = 0; obj && i < m->n; i++) {
+		PyObject *value = m->values[i];
+		for (int j = 0; j < n; j++)
+			if (names[j] == m->names[i])
+				value = values[j];
+		if (store_attr(obj, m->names[i], value))
+			Py_CLEAR(obj);
+	}
+	return obj;
+}
+
+static int init_models(void)
+{
+	s_name_ = PyUnicode_InternFromString("_name");
+	s_timestamp = PyUnicode_InternFromString("_timestamp");
+	s_attributes_ = PyUnicode_InternFromString("_attributes");
+	empty_tuple = PyTuple_New(0);
+	PyObject *kwnames = Py_BuildValue("(s)", "immutable");
+	PyObject *none_true[] = {Py_None, Py_True};
+	PyObject *bounded = kwnames ? PyObject_Vectorcall(bounded_type, none_true, 1, kwnames) : NULL;
+	PyObject *args[] = {event_name, bounded, PyLong_FromLong(0)};
+	PyObject *ev = bounded && args[2] ? PyObject_Vectorcall(event_type, args, 3, NULL) : NULL;
+	PyObject *lock = bounded ? PyObject_GetAttr(bounded, s_lock) : NULL;
+	PyObject *threading = PyImport_ImportModule("threading"), *plain = attr_of(threading, "Lock");
+	PyObject *plain_lock = plain ? PyObject_CallNoArgs(plain) : NULL;
+	/* threading.Lock() where the SDK's is one (its type makes none before 3.13), else its type */
+	lock_maker = lock && plain_lock && Py_IS_TYPE(lock, Py_TYPE(plain_lock)) ? plain : lock ? (PyObject *)Py_TYPE(lock) : NULL;
+	Py_XINCREF(lock_maker);
+	Py_XDECREF(threading);
+	Py_XDECREF(plain);
+	Py_XDECREF(plain_lock);
+	PyObject *b_given[] = {s_o_dict, s_lock, s_maxlen_dq, s_immutable}, *e_given[] = {s_name_, s_timestamp, s_attributes_};
+	int failed = ev == NULL || lock_maker == NULL || learn(&bounded_model, bounded, b_given, 4) ||
+		     learn(&event_model, ev, e_given, 3);
+	Py_XDECREF(kwnames);
+	Py_XDECREF(bounded);
+	Py_XDECREF(args[2]);
+	Py_XDECREF(ev);
+	Py_XDECREF(lock);
+	for (int i = 0; i < 64 && !failed; i++)
+		failed = (event_dicts[i] = PyDict_New()) == NULL;
+	return failed || PyErr_Occurred() ? -1 : 0;
+}
+
+/* The gil.wait event object, made as span.add_event would (its attributes are ours, clean; `which`:
+ * the bits of its optional keys): a new reference, NULL (no error) where the SDK would apply a limit,
+ * or on an error. */
+static PyObject *event(PyObject *span, PyObject *const *keys, PyObject *const *values, int n, unsigned which,
+		       int64_t timestamp)
 {
 	PyObject *limits = lookup(span, s_limits);
 	PyObject *maxlen = limits ? PyObject_GetAttr(limits, s_max_event_attrs) : NULL;
 	PyObject *mvl = maxlen ? PyObject_GetAttr(limits, s_max_attr_len) : NULL;
-	PyObject *bounded = NULL, *result = NULL;
-	int usable = mvl == Py_None && (maxlen == Py_None || (PyLong_Check(maxlen) && PyLong_AsLong(maxlen) >= n));
-	if (usable) {
-		PyObject *kwnames = Py_BuildValue("(s)", "immutable");
-		PyObject *call[] = {maxlen, Py_False};
-		bounded = kwnames ? PyObject_Vectorcall(bounded_type, call, 1, kwnames) : NULL;
-		Py_XDECREF(kwnames);
-		PyObject *d = bounded ? lookup(bounded, s_o_dict) : NULL;
-		int failed = d == NULL || !PyDict_CheckExact(d);
-		for (int i = 0; !failed && i < n; i++)
-			failed = PyDict_SetItem(d, keys[i], values[i]);
+	PyObject *result = NULL;
+	if (mvl == Py_None && (maxlen == Py_None || (PyLong_Check(maxlen) && PyLong_AsLong(maxlen) >= n))) {
+		PyObject *d = PyDict_New();
+		int rc = d ? dict_fill_empty(d, event_dicts[which], keys, values, n) : -1;
+		for (int i = 0; rc == 0 && i < n; i++)
+			rc = PyDict_SetItem(d, keys[i], values[i]);
+		PyObject *lock = rc >= 0 ? PyObject_CallNoArgs(lock_maker) : NULL;
+		PyObject *b_names[] = {s_o_dict, s_lock, s_maxlen_dq, s_immutable}, *b_values[] = {d, lock, maxlen, Py_True};
+		PyObject *bounded = lock ? instance(&bounded_model, b_names, b_values, 4) : NULL;
+		PyObject *ts = bounded ? PyLong_FromLongLong(timestamp) : NULL;
+		PyObject *e_names[] = {s_name_, s_timestamp, s_attributes_}, *e_values[] = {event_name, ts, bounded};
+		result = ts ? instance(&event_model, e_names, e_values, 3) : NULL;
 		Py_XDECREF(d);
-		if (!failed && !store_attr(bounded, s_immutable, Py_True)) {
-			PyObject *ts = PyLong_FromLongLong(timestamp);
-			PyObject *eargs[] = {event_name, bounded, ts};
-			result = ts ? PyObject_Vectorcall(event_type, eargs, 3, NULL) : NULL;
-			Py_XDECREF(ts);
-		}
+		Py_XDECREF(lock);
+		Py_XDECREF(bounded);
+		Py_XDECREF(ts);
 	}
 	Py_XDECREF(limits);
 	Py_XDECREF(maxlen);
 	Py_XDECREF(mvl);
-	Py_XDECREF(bounded);
 	clear_error();
 	return result;
 }
@@ -452,9 +588,10 @@ int long_waits_read(Start *start, PyObject *span, uint64_t now, const struct cou
 		if (holds[i].tid == tids[0] && overlap > most)
 			longest = i, most = overlap;
 	}
-	PyObject *function = NULL, *file = NULL, *line = NULL, *stack = NULL;
-	int located = longest >= 0 ? location(start->base, start->nslots, holds[longest].index, &function, &file,
-					     &line, &stack) : 2;
+	const struct known *where = NULL;
+	int located = longest >= 0 ? location(start->base, start->nslots, holds[longest].index, &where) : 2;
+	PyObject *function = where ? where->function : NULL, *file = where ? where->file : NULL;
+	PyObject *line = where ? where->line : NULL, *stack = where ? where->stack : NULL;
 	PyObject *ev_keys[24], *ev_values[24], **keys = ev_keys, *names[LISTED] = {NULL}, *ident = NULL, *name = NULL;
 	int n = 0, failed = 0, listed = nt < LISTED ? nt : LISTED, rc = 0;
 	if (located < 0 || (located == 1 && start->metrics != Py_None) || (nt && others_in_spans(Py_None)))
@@ -473,10 +610,13 @@ int long_waits_read(Start *start, PyObject *span, uint64_t now, const struct cou
 	if (owner(blocker, w_start, w_end, &ident, &name) < 0)
 		goto done;
 	for (int i = 0; i < listed; i++) { /* who(t)[1] or str(t) */
-		PyObject *t_ident, *t_name;
-		if (owner(tids[i], w_start, w_end, &t_ident, &t_name) < 0)
+		PyObject *t_ident = ident, *t_name = name; /* the blocker's, named above */
+		if (tids[i] != blocker && owner(tids[i], w_start, w_end, &t_ident, &t_name) < 0)
 			goto done;
-		Py_DECREF(t_ident);
+		if (tids[i] == blocker)
+			Py_INCREF(t_name);
+		else
+			Py_DECREF(t_ident);
 		if (t_name == Py_None || (PyUnicode_Check(t_name) && PyUnicode_GET_LENGTH(t_name) == 0)) {
 			Py_DECREF(t_name);
 			t_name = PyUnicode_FromFormat("%u", tids[i]);
@@ -484,7 +624,9 @@ int long_waits_read(Start *start, PyObject *span, uint64_t now, const struct cou
 		if ((names[i] = t_name) == NULL)
 			goto done;
 	}
-	/* blame.event_attributes, in its order */
+	/* blame.event_attributes, in its order; which: its optional keys, a bit each */
+	unsigned which = (ident != Py_None) | (name != Py_None) << 1 | (nt != 0) << 2 | (nt && located == 0) << 3 |
+			 (nt && located == 0 && line != NULL) << 4 | ((w_flags & GIL_WAIT_FORCED) != 0) << 5;
 	PUT(ev_values, k_wait_ms, ms3((int64_t)(w_end - w_start)));
 	PUT(ev_values, k_b_native, PyLong_FromUnsignedLong(blocker));
 	if (ident != Py_None)
@@ -521,7 +663,7 @@ int long_waits_read(Start *start, PyObject *span, uint64_t now, const struct cou
 	if (w_flags & GIL_WAIT_FORCED)
 		Py_INCREF(Py_True), PUT(ev_values, k_forced, Py_True);
 	if (!failed)
-		lw->event = event(span, ev_keys, ev_values, n, (int64_t)w_start + start->wall_ns - start->mono_ns);
+		lw->event = event(span, ev_keys, ev_values, n, which, (int64_t)w_start + start->wall_ns - start->mono_ns);
 	for (int i = 0; i < n; i++)
 		Py_XDECREF(ev_values[i]);
 	if (failed || lw->event == NULL)
@@ -550,10 +692,6 @@ done:
 		Py_XDECREF(names[i]);
 	Py_XDECREF(ident);
 	Py_XDECREF(name);
-	Py_XDECREF(function);
-	Py_XDECREF(file);
-	Py_XDECREF(line);
-	Py_XDECREF(stack);
 	if (rc != 1)
 		long_waits_clear(lw);
 	clear_error();

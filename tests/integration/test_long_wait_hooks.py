@@ -25,11 +25,11 @@ def setup(monkeypatch, request):
     monkeypatch.setattr(wait_spans, "threshold_ns", request.param * 1_000_000)
     registration = InProcess(long_wait_ns=1_000_000)
     registration.start()
-    handed = []
+    handed, python_end = [], spans.end_wrapper
 
     def end_wrapper(*args):
         handed.append(args[1])
-        return spans.end_wrapper(*args)
+        return python_end(*args)
 
     monkeypatch.setattr(spans, "end_wrapper", end_wrapper)
     provider = TracerProvider()
