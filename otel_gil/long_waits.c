@@ -19,9 +19,10 @@
 
 static int ready = 0;   /* 1: initialized, -1: failed for good (the Python hooks do it all) */
 static PyObject *threads_dict, *ident_property, *name_property, *s_t_private_ident, *s_t_private_name;
+static PyObject *wait_spans_dict, *handed_name, *closed; /* wait_spans' dict, _HANDED, _CLOSED */
 static PyObject *threads_module, *wait_spans_module, *event_type, *bounded_type, *context_var, *span_key;
 static PyObject *s_end_time, *s_memory, *s_freed, *s_owners, *s_horizon, *s_since, *s_running, *s_ended, *s_ref, *s_ident,
-	*s_o_name, *s_t_ident, *s_t_name, *s_threshold, *s_closed, *s_handed, *s_events, *s_dq, *s_limits,
+	*s_o_name, *s_t_ident, *s_t_name, *s_threshold, *s_events, *s_dq, *s_limits,
 	*s_max_event_attrs, *s_max_attr_len, *s_o_dict, *s_immutable, *s_append, *s_lock, *s_locked, *s_maxlen_dq;
 static PyObject *k_wait_ms, *k_b_native, *k_b_id, *k_b_name, *k_b_hold, *k_bs_native, *k_bs_name, *k_bs_hold,
 	*k_bs_others, *k_b_function, *k_b_file, *k_b_line, *k_b_stack, *k_bs_unrecorded, *k_handoff, *k_forced,
@@ -63,6 +64,11 @@ static int init(void)
 	Py_XDECREF(threading);
 	Py_XDECREF(thread);
 	threads_dict = threads_module ? PyModule_GetDict(threads_module) : NULL;
+	wait_spans_dict = wait_spans_module ? PyModule_GetDict(wait_spans_module) : NULL;
+	handed_name = attr_of(wait_spans_module, "_HANDED");
+	closed = attr_of(wait_spans_module, "_CLOSED");
+	if (handed_name != NULL && PyUnicode_CheckExact(handed_name))
+		PyUnicode_InternInPlace(&handed_name);
 	event_type = attr_of(sdk, "Event");
 	bounded_type = attr_of(attributes, "BoundedAttributes");
 	context_var = attr_of(runtime, "_current_context");
@@ -74,7 +80,7 @@ static int init(void)
 		{&s_end_time, "_end_time"}, {&s_memory, "_memory"}, {&s_freed, "freed"}, {&s_owners, "owners"}, {&s_horizon, "horizon_ns"},
 		{&s_since, "since_ns"}, {&s_running, "running_ns"}, {&s_ended, "ended_ns"}, {&s_ref, "ref"},
 		{&s_ident, "ident"}, {&s_o_name, "name"}, {&s_t_private_ident, "_ident"}, {&s_t_private_name, "_name"},
-		{&s_threshold, "threshold_ns"}, {&s_closed, "_CLOSED"}, {&s_handed, "_HANDED"}, {&s_events, "_events"},
+		{&s_threshold, "threshold_ns"}, {&s_events, "_events"},
 		{&s_dq, "_dq"}, {&s_limits, "_limits"}, {&s_max_event_attrs, "max_event_attributes"},
 		{&s_max_attr_len, "max_attribute_length"}, {&s_o_dict, "_dict"}, {&s_immutable, "_immutable"},
 		{&s_append, "append"}, {&s_lock, "_lock"}, {&s_locked, "locked"}, {&s_maxlen_dq, "maxlen"},
@@ -107,7 +113,8 @@ static int init(void)
 	Py_XDECREF(context);
 	Py_XDECREF(propagation);
 	Py_XDECREF(runtime);
-	int ok = !PyErr_Occurred() && threads_dict && ident_property && name_property && wait_spans_module &&
+	int ok = !PyErr_Occurred() && threads_dict && ident_property && name_property && wait_spans_dict && closed &&
+		 handed_name && PyUnicode_CheckExact(handed_name) &&
 		 event_type && bounded_type && context_var && span_key && init_models() == 0;
 	PyErr_Clear();
 	return ok ? 1 : -1;
@@ -385,7 +392,7 @@ void long_waits_clear(struct long_waits *lw)
 	for (int i = 0; i < lw->n; i++)
 		Py_CLEAR(lw->values[i]);
 	Py_CLEAR(lw->event);
-	Py_CLEAR(lw->handed);
+	lw->close_handed = 0;
 	lw->n = 0;
 }
 
@@ -422,6 +429,7 @@ static int learn(struct model *m, PyObject *obj, PyObject *const *given, int n_g
 		PyUnicode_InternInPlace(&key);
 		Py_INCREF(value);
 		m->names[m->n] = key, m->values[m->n++] = value;
+		Py_XDECREF(lookup(obj, key)); /* store_attr's way into the type's instances, learned */
 	}
 	Py_XDECREF(d);
 	if (ok && found == n_given) {
@@ -528,23 +536,14 @@ int long_waits_read(Start *start, PyObject *span, uint64_t now, const struct cou
 		return 0;
 	if (w_start < (uint64_t)start->mono_ns || w_end > now)
 		return 0; /* not the span's (spans.figures leaves it out) */
-	PyObject *threshold = lookup(wait_spans_module, s_threshold);
+	PyObject *threshold = PyDict_GetItemWithError(wait_spans_dict, s_threshold); /* borrowed */
 	long long threshold_ns = threshold && PyLong_Check(threshold) ? PyLong_AsLongLong(threshold) : -1;
-	Py_XDECREF(threshold);
-	clear_error();
-	PyObject *handed_name = lookup(wait_spans_module, s_handed);
-	PyObject *handed = handed_name && PyUnicode_Check(handed_name) ? lookup(span, handed_name) : NULL;
-	int drawn = threshold_ns != 0 && (threshold_ns < 0 || handed != NULL || handed_name == NULL ||
-					  w_end - w_start >= (uint64_t)threshold_ns);
+	PyObject *handed = threshold_ns ? lookup(span, handed_name) : NULL;
 	Py_XDECREF(handed);
-	if (drawn) { /* wait_spans.draw has a span to draw (or handed-up waits): the Python hooks */
-		Py_XDECREF(handed_name);
-		clear_error();
-		return 0;
-	}
-	lw->handed = threshold_ns ? handed_name : NULL;
-	if (!threshold_ns)
-		Py_XDECREF(handed_name);
+	clear_error();
+	if (threshold_ns && (threshold_ns < 0 || handed != NULL || w_end - w_start >= (uint64_t)threshold_ns))
+		return 0; /* wait_spans.draw has a span to draw (or waits handed up to draw): the Python hooks */
+	lw->close_handed = threshold_ns != 0;
 	struct hold holds[MAX_HOLDS];
 	int nh = holds_since(start->base, start->nslots, w_start, holds, MAX_HOLDS);
 	if (nh < 0) {
@@ -726,11 +725,7 @@ void long_waits_commit(struct long_waits *lw, PyObject *span)
 		Py_XDECREF(end);
 		Py_XDECREF(maxlen);
 	}
-	if (lw->handed != NULL) { /* wait_spans.draw: nothing to draw, no hand-ups from now on */
-		PyObject *closed = lookup(wait_spans_module, s_closed);
-		if (closed != NULL)
-			store_attr(span, lw->handed, closed);
-		Py_XDECREF(closed);
-	}
+	if (lw->close_handed) /* wait_spans.draw: nothing to draw, no hand-ups from now on */
+		store_attr(span, handed_name, closed);
 	clear_error();
 }

@@ -12,7 +12,7 @@ struct long_waits {
 	PyObject *keys[LONG_WAIT_KEYS];
 	PyObject *values[LONG_WAIT_KEYS];
 	PyObject *event;                     /* its gil.wait event, made (not appended yet) */
-	PyObject *handed;                    /* wait_spans' hand-up attribute to close on the span, or NULL */
+	int close_handed;                    /* wait_spans.draw's closing of hand-ups to the span to do */
 };
 
 /* The long waits since the span started (end: the thread's counters now, start's

@@ -20,7 +20,7 @@ if spans._fastspan is None:
     pytest.fail("otel_gil._fastspan is not built: pip install -e .")
 
 
-@pytest.fixture(params=[0, 5], ids=["no wait spans", "wait spans from 5 ms"])
+@pytest.fixture(params=[0, 50], ids=["no wait spans", "wait spans from 50 ms"])
 def setup(monkeypatch, request):
     monkeypatch.setattr(wait_spans, "threshold_ns", request.param * 1_000_000)
     registration = InProcess(long_wait_ns=1_000_000)
