@@ -429,7 +429,6 @@ static int learn(struct model *m, PyObject *obj, PyObject *const *given, int n_g
 		PyUnicode_InternInPlace(&key);
 		Py_INCREF(value);
 		m->names[m->n] = key, m->values[m->n++] = value;
-		Py_XDECREF(lookup(obj, key)); /* store_attr's way into the type's instances, learned */
 	}
 	Py_XDECREF(d);
 	if (ok && found == n_given) {
@@ -485,6 +484,14 @@ static int init_models(void)
 	Py_XDECREF(lock);
 	for (int i = 0; i < 64 && !failed; i++)
 		failed = (event_dicts[i] = PyDict_New()) == NULL;
+	const struct model *models[] = {&bounded_model, &event_model};
+	for (int m = 0; m < 2 && !failed; m++) { /* store_attr's way into the types' instances, learned on one */
+		PyObject *probe = instance(models[m], NULL, NULL, 0);
+		for (int i = 0; probe && i < models[m]->n; i++)
+			Py_XDECREF(lookup(probe, models[m]->names[i]));
+		failed = probe == NULL;
+		Py_XDECREF(probe);
+	}
 	return failed || PyErr_Occurred() ? -1 : 0;
 }
 
