@@ -454,10 +454,15 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 	thread_for(start->registration, start->generation);
 	if (tls.tid != start->tid)
 		return 0; /* ended on another thread */
-	if (start->wall_ns - span_start >= (long long)start->long_wait_ns)
-		return 0; /* back-dated start: long waits before the span object existed are in the ring */
 	struct counters end;
 	read_counters(start->base, start->nslots, now, &end);
+	/* A back-dated start (Flask's server span, from the WSGI call): a long wait before the span
+	 * object existed may be in the ring, where spans.figures finds it. */
+	long long gap = start->wall_ns - span_start;
+	if (gap >= (long long)start->long_wait_ns && end.long_waits &&
+	    (end.long_waits != start->counters.long_waits ||
+	     (long long)slot_at(start->base, tls.index)->ring[(end.long_waits - 1) % GIL_RING_LEN].end_ns > start->mono_ns - gap))
+		return 0;
 	long long duration = span_end - span_start;
 	if ((long long)(now - start->mono_ns) > duration)
 		duration = (long long)(now - start->mono_ns);

@@ -326,6 +326,22 @@ def test_long_waits_before_a_backdated_start_are_counted(setup):
     assert a["gil.wait_ratio"] == pytest.approx(10 / ((span.end_time - span.start_time) / 1e6), rel=0.01)
 
 
+def test_a_backdated_start_with_no_long_wait_in_its_stretch_stays_in_c(fast, monkeypatch):
+    """A back-dated start whose stretch holds no long wait (the ring's last ended before it) gets
+    the calm span's figures, from the C hooks too: no hand-over to the Python ones."""
+    handed, python_end = [], spans.end_wrapper
+    monkeypatch.setattr(spans, "end_wrapper", lambda *args: handed.append(args[1]) or python_end(*args))
+    ring = make_ring()
+    with hooked(FakeRegistration(ring), fast) as (tracer, _, exporter):
+        now = time.monotonic_ns()
+        record_wait(my_slot(ring), now - 90_000_000, now - 80_000_000, blocker=1)  # before the stretch
+        with tracer.start_as_current_span("GET /io", start_time=time.time_ns() - 50_000_000):
+            pass
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes["gil.wait_ms"] == 0.0 and not span.events, span.attributes
+    assert not handed if fast else handed  # (the Python hooks: every span through it)
+
+
 def test_server_spans_feed_the_wait_ratio_histogram(fast):
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
