@@ -456,13 +456,18 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 		return 0; /* ended on another thread */
 	struct counters end;
 	read_counters(start->base, start->nslots, now, &end);
-	/* A back-dated start (Flask's server span, from the WSGI call): a long wait before the span
-	 * object existed may be in the ring, where spans.figures finds it. */
+	/* A back-dated start (Flask's server span, from the WSGI call): spans.figures takes the ring's
+	 * long waits from its start on, those from before the span object existed too. Here only
+	 * where there are none of those (the last one before the span's own started before). */
 	long long gap = start->wall_ns - span_start;
-	if (gap >= (long long)start->long_wait_ns && end.long_waits &&
-	    (end.long_waits != start->counters.long_waits ||
-	     (long long)slot_at(start->base, tls.index)->ring[(end.long_waits - 1) % GIL_RING_LEN].end_ns > start->mono_ns - gap))
-		return 0;
+	uint64_t before = start->counters.long_waits; /* the waits the span's own come after */
+	if (gap >= (long long)start->long_wait_ns && before) {
+		if (tls.index < 0 || end.long_waits < before)
+			return 0;
+		const volatile struct gil_long_wait *last = &slot_at(start->base, tls.index)->ring[(before - 1) % GIL_RING_LEN];
+		if ((long long)(end.long_waits == before ? last->end_ns : last->start_ns) > start->mono_ns - gap)
+			return 0;
+	}
 	long long duration = span_end - span_start;
 	if ((long long)(now - start->mono_ns) > duration)
 		duration = (long long)(now - start->mono_ns);
