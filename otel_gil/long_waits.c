@@ -1,7 +1,7 @@
 /* A span's long wait in C: spans.figures' blame for the common case, one long wait in
  * the span on a thread with a slot, its blocker named from the hold log, its gil.wait
  * event appended and the gil.top_blocker.* attributes, as the Python hooks leave them
- * (tests/unit/test_long_waits.py holds both against each other).
+ * (tests/integration/test_long_wait_hooks.py and tests/unit/test_spans.py hold both against each other).
  *
  * Everything rarer is the Python hooks' (long_waits_read returns 0): several waits or
  * dropped ones, more holds or holders than kept here, a blocker named only from /proc or
@@ -9,8 +9,6 @@
  * a location gone from the ring with metrics to count it, limits the SDK would apply.
  */
 #include "long_waits.h"
-
-#include <math.h>
 
 #define MAX_HOLDS 64    /* holds of the log overlapping the wait kept here */
 #define MAX_HOLDERS 8   /* threads among them */
@@ -204,7 +202,17 @@ static int owner(uint32_t tid, uint64_t start_ns, uint64_t end_ns, PyObject **id
 	if (count != 1 || (s0 < running[0] && s0 < horizon))
 		goto done;
 	PyObject *o = PyList_GET_ITEM(list, could), *ref = lookup(o, s_ref);
-	PyObject *thread = ref && PyWeakref_Check(ref) ? PyWeakref_GetObject(ref) : NULL; /* borrowed */
+	PyObject *thread = NULL; /* a new reference: the Thread while it lives */
+#if PY_3_13_OR_LATER
+	if (ref && PyWeakref_Check(ref) && PyWeakref_GetRef(ref, &thread) < 0) {
+		Py_DECREF(ref);
+		rc = -1;
+		goto done;
+	}
+#else
+	thread = ref && PyWeakref_Check(ref) ? PyWeakref_GetObject(ref) : NULL;
+	Py_XINCREF(thread);
+#endif
 	*ident = lookup(o, s_ident);
 	*name = *ident ? lookup(o, s_o_name) : NULL;
 	rc = *name ? 0 : -1;
@@ -216,6 +224,7 @@ static int owner(uint32_t tid, uint64_t start_ns, uint64_t end_ns, PyObject **id
 		Py_XSETREF(*ident, i);
 		Py_XSETREF(*name, nm);
 	}
+	Py_XDECREF(thread);
 	Py_XDECREF(ref);
 done:
 	if (rc == 0 && *ident == NULL) {
