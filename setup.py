@@ -68,7 +68,7 @@ setup(
         for name, sources in (
             ("_inprocess", ["_inprocess", "got_patch"]),
             ("_fastspan", ["_fastspan", "context_switches", "module_switches", "got_patch", "thread_names",
-                           "wait_ratios", "cpython_layouts"]),
+                           "wait_ratios", "cpython_layouts", "long_waits"]),
             ("_parkcontexts", ["park_contexts"]),
         )
         if (name == "_fastspan") != free_threaded or name == "_inprocess"

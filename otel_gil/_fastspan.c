@@ -13,6 +13,7 @@
  */
 #include "fastspan.h"
 #include "span_figures.h"
+#include "long_waits.h"
 
 #include <pthread.h>
 #include <structmember.h>
@@ -380,8 +381,8 @@ static PyObject *direct_dict(PyObject *span, Py_ssize_t adding)
 }
 
 /* dict_fill_empty's models, one per set of keys fast_figures sets (a bit per key not always
- * there: others_hold_ms, hold_ratio, acquisitions, convoy_waits), made at import. */
-#define KEY_SETS 16
+ * there: others_hold_ms, hold_ratio, acquisitions, convoy_waits; a long wait's), made at import. */
+#define KEY_SETS 32
 static PyObject *key_sets[KEY_SETS];
 
 /* Set the values on the span in one pass: straight into its attribute dict (then *used is
@@ -440,7 +441,7 @@ static int same_ring(Hooks *self, Start *start)
 	return ring == NULL ? -1 : ring == start->ring;
 }
 
-#define MAX_KEYS 9
+#define MAX_KEYS (9 + LONG_WAIT_KEYS)
 
 /* The figures of a span that needs nothing but its counters; 1 when set, 0 when the Python hook must do it.
  * Which it carries: semconv.ALWAYS, WHEN_NONZERO where not 0, EVERY_ONLY (as spans.carried). */
@@ -453,12 +454,20 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 	thread_for(start->registration, start->generation);
 	if (tls.tid != start->tid)
 		return 0; /* ended on another thread */
-	if (start->wall_ns - span_start >= (long long)start->long_wait_ns)
-		return 0; /* back-dated start: long waits before the span object existed are in the ring */
 	struct counters end;
 	read_counters(start->base, start->nslots, now, &end);
-	if (end.long_waits != start->counters.long_waits)
-		return 0; /* long waits to report as events */
+	/* A back-dated start (Flask's server span, from the WSGI call): spans.figures takes the ring's
+	 * long waits from its start on, those from before the span object existed too. Here only
+	 * where there are none of those (the last one before the span's own started before). */
+	long long gap = start->wall_ns - span_start;
+	uint64_t before = start->counters.long_waits; /* the waits the span's own come after */
+	if (gap >= (long long)start->long_wait_ns && before) {
+		if (tls.index < 0 || end.long_waits < before)
+			return 0;
+		const volatile struct gil_long_wait *last = &slot_at(start->base, tls.index)->ring[(before - 1) % GIL_RING_LEN];
+		if ((long long)(end.long_waits == before ? last->end_ns : last->start_ns) > start->mono_ns - gap)
+			return 0;
+	}
 	long long duration = span_end - span_start;
 	if ((long long)(now - start->mono_ns) > duration)
 		duration = (long long)(now - start->mono_ns);
@@ -469,6 +478,9 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 	struct figures f;
 	if (!span_figures(&start->counters, &end, o, start->switched, untracked, duration, &f))
 		return 0;
+	struct long_waits lw = {0}; /* its events: one long wait here (long_waits.c), the rest in Python */
+	if (end.long_waits != start->counters.long_waits && !long_waits_read(start, span, now, &end, &lw))
+		return 0;
 	*wait_ratio = (double)f.wait / (double)duration;
 	PyObject *keys[MAX_KEYS], *values[MAX_KEYS];
 	PyObject *ident = NULL; /* thread.id: the managed id, as spans.py */
@@ -478,6 +490,8 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 #define PUT(key, value) (keys[n] = (key), failed |= (values[n++] = (value)) == NULL)
 	PUT(k_thread_name, name);
 	PUT(k_thread_id, ident);
+	for (int i = 0; i < lw.n; i++, which |= 16)
+		Py_INCREF(lw.values[i]), PUT(lw.keys[i], lw.values[i]);
 	if (start->tracked && start->switched && (every || f.others))
 		PUT(k_others_hold_ms, PyFloat_FromDouble((double)f.others / 1e6)), which |= 1;
 	PUT(k_wait_ms, PyFloat_FromDouble((double)f.wait / 1e6));
@@ -493,6 +507,9 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 	int rc = failed ? -1 : set_attributes(span, which, keys, values, n, attributes) ? -1 : 1;
 	for (int i = 0; i < n; i++)
 		Py_XDECREF(values[i]);
+	if (rc == 1)
+		long_waits_commit(&lw, span);
+	long_waits_clear(&lw);
 	return rc;
 }
 

@@ -326,6 +326,63 @@ def test_long_waits_before_a_backdated_start_are_counted(setup):
     assert a["gil.wait_ratio"] == pytest.approx(10 / ((span.end_time - span.start_time) / 1e6), rel=0.01)
 
 
+def test_a_backdated_start_with_no_long_wait_in_its_stretch_stays_in_c(fast, monkeypatch):
+    """A back-dated start whose stretch holds no long wait (the ring's last ended before it) gets
+    the calm span's figures, from the C hooks too: no hand-over to the Python ones."""
+    handed, python_end = [], spans.end_wrapper
+    monkeypatch.setattr(spans, "end_wrapper", lambda *args: handed.append(args[1]) or python_end(*args))
+    ring = make_ring()
+    with hooked(FakeRegistration(ring), fast) as (tracer, _, exporter):
+        now = time.monotonic_ns()
+        record_wait(my_slot(ring), now - 90_000_000, now - 80_000_000, blocker=1)  # before the stretch
+        with tracer.start_as_current_span("GET /io", start_time=time.time_ns() - 50_000_000):
+            pass
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes["gil.wait_ms"] == 0.0 and not span.events, span.attributes
+    assert not handed if fast else handed  # (the Python hooks: every span through it)
+
+
+def test_a_long_wait_in_a_backdated_span_is_blamed_alike_by_both_hooks(fast, monkeypatch):
+    """One long wait of its own in a back-dated span (an older one before its stretch in the
+    ring), two holders logged, the longest one's location: the same event and top blocker from
+    either hooks, the C ones (otel_gil/long_waits.c) without handing the span over."""
+    handed, python_end = [], spans.end_wrapper
+    monkeypatch.setattr(spans, "end_wrapper", lambda *args: handed.append(args[1]) or python_end(*args))
+    ring = make_ring()
+    release = threading.Event()
+    with hooked(FakeRegistration(ring), fast) as (tracer, _, exporter):
+        hog, peer = (threading.Thread(target=release.wait, name=name) for name in ("hog", "peer"))
+        hog.start(), peer.start()
+        s = my_slot(ring)
+        now = time.monotonic_ns()
+        record_wait(s, now - 90_000_000, now - 80_000_000, blocker=1)  # before the stretch
+        with tracer.start_as_current_span("GET /io", start_time=time.time_ns() - 50_000_000):
+            t = time.monotonic_ns()
+            log_hold(ring, hog.native_id, t - 1_000_000, t + 3_000_000)
+            log_location(ring, ring.header.holds_written - 1, [("spin", "/app/hog.py", 12), ("run", "/lib/t.py", 0)])
+            log_hold(ring, peer.native_id, t + 3_100_000, t + 4_300_000)
+            record_wait(s, t, t + 4_400_000, blocker=peer.native_id, held_ns=4_250_000, forced=True)
+            time.sleep(0.006)  # past the wait's end
+        release.set()
+        hog.join(), peer.join()
+    (span,) = exporter.get_finished_spans()
+    assert dict(span.events[0].attributes) == {
+        "gil.wait_ms": 4.4, "gil.blocker.thread.native_id": hog.native_id, "gil.blocker.thread.id": hog.ident,
+        "gil.blocker.thread.name": "hog", "gil.blocker.hold_ms": 3.0,
+        "gil.blockers.thread.native_id": (hog.native_id, peer.native_id), "gil.blockers.thread.name": ("hog", "peer"),
+        "gil.blockers.hold_ms": (3.0, 1.2), "gil.blockers.others_ms": 0.0, "gil.blocker.code.function.name": "spin",
+        "gil.blocker.code.file.path": "/app/hog.py", "gil.blocker.code.line.number": 12,
+        "gil.blocker.code.stacktrace": "spin (/app/hog.py:12)\nrun (/lib/t.py:?)", "gil.blockers.unrecorded_ms": 0.05,
+        "gil.handoff_ms": 0.15, "gil.wait.forced_switch": True}
+    assert {k: v for k, v in span.attributes.items() if k.startswith("gil.top_blocker")} == {
+        "gil.top_blocker.thread.native_id": hog.native_id, "gil.top_blocker.thread.id": hog.ident,
+        "gil.top_blocker.thread.name": "hog", "gil.top_blocker.hold_ms": 3.0,
+        "gil.top_blocker.code.function.name": "spin", "gil.top_blocker.code.file.path": "/app/hog.py",
+        "gil.top_blocker.code.line.number": 12}
+    assert span.attributes["gil.wait_ms"] == 4.4
+    assert not handed if fast else handed  # (the Python hooks: every span through it)
+
+
 def test_server_spans_feed_the_wait_ratio_histogram(fast):
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
