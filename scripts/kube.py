@@ -227,14 +227,16 @@ def build_app_images(bases: dict | None = None) -> None:
 
 def free_threaded_image() -> tuple[str, str]:
     """scripts/freethreaded.sh's 3.13t at its own path (its rpath) on python:3.11-slim-bookworm's
-    libraries: the image (built once per build of it and recipe) and the interpreter's path."""
+    libraries, without what an app does not run (free-threaded.dockerignore): the image (built once
+    per build of it and recipe) and the interpreter's path."""
     python = Path(run(str(ROOT / "scripts" / "freethreaded.sh"), "3.13").split()[-1])
     prefix = python.parent.parent
-    recipe = hashlib.sha256(FREE_THREADED_APP_DOCKERFILE.read_bytes()).hexdigest()[:12]
+    ignore = FREE_THREADED_APP_DOCKERFILE.with_suffix(".dockerignore")
+    recipe = hashlib.sha256(FREE_THREADED_APP_DOCKERFILE.read_bytes() + ignore.read_bytes()).hexdigest()[:12]
     image = f"localhost/otel-gil/python-free-threaded:{prefix.name}-{recipe}"
     if subprocess.run([ENGINE, "image", "exists", image]).returncode != 0:
-        run(ENGINE, "build", "-q", "-f", str(FREE_THREADED_APP_DOCKERFILE), "--build-arg", f"PREFIX={prefix}",
-            "-t", image, str(prefix))
+        run(ENGINE, "build", "-q", "-f", str(FREE_THREADED_APP_DOCKERFILE), "--ignorefile", str(ignore),
+            "--build-arg", f"PREFIX={prefix}", "-t", image, str(prefix))
     return image, str(python)
 
 

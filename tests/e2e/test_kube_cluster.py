@@ -6,8 +6,8 @@ annotated as the README says; the example apps as plain Deployments so annotated
 enforcing PodSecurity restricted, serve from the Pods the controllers and the webhook make, export
 to Jaeger in the cluster and wait out a known hold; on a free-threaded CPython the app keeps its
 GIL off and its spans park for the known time, on 3.9 it serves uninstrumented and says why; and
-down leaves no process, mount, veth, bridge, cgroup or iptables chain behind. Started once for the module, down at its end also when a
-test failed."""
+down leaves no process, mount, veth, bridge, cgroup or iptables chain behind. Started once for
+the module, down at its end also when a test failed."""
 
 from __future__ import annotations
 
