@@ -14,6 +14,7 @@ The tests (tests/e2e/test_kubernetes.py) play the same Pods under other names an
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import subprocess
 import sys
@@ -39,6 +40,11 @@ HOST_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.u
 SID_SLIM = "sid-slim"  # scripts/rootfs.sh's tree with Debian's python3.13
 # The app images: CPython version -> (base image, the interpreter in it).
 APP_BASES = {"3.11": ("docker.io/library/python:3.11-slim-bookworm", "python3"), "3.13": (None, "python3.13")}
+# CPythons the tree has no GIL figures for (the cluster test's): free-threaded (scripts/freethreaded.sh's
+# 3.13t, FREE_THREADED_APP_DOCKERFILE; no FastAPI: no cp313t pydantic-core) and bullseye's 3.9 (older
+# than the tree's SDK).
+EDGE_BASES = {"3.13t": ("free-threaded", None), "3.9": ("bullseye-slim", "python3.9")}
+FREE_THREADED_APP_DOCKERFILE = ROOT / "examples" / "kube" / "free-threaded.Dockerfile"
 # The Operator's names (internal/instrumentation of its v0.158.0) and default Python env.
 INIT_CONTAINER = VOLUME = "opentelemetry-auto-instrumentation-python"
 MOUNT = "/otel-auto-instrumentation-python"
@@ -206,16 +212,37 @@ def build_operator_image(arch: str = "") -> str:
     return image
 
 
-def build_app_images() -> None:
-    """The app images (no OpenTelemetry in them), by the engine's build cache."""
-    for python, (base, interpreter) in APP_BASES.items():
-        run(ENGINE, "build", "-q", "-f", str(ROOT / "examples/kube/Dockerfile"), "--build-arg", f"BASE={base or sid_image()}",
-            "--build-arg", f"PYTHON={interpreter}", "-t", app_image(python), str(ROOT))
+def build_app_images(bases: dict | None = None) -> None:
+    """The app images (no OpenTelemetry in them) of ``bases`` (APP_BASES), by the engine's build cache."""
+    for python, (base, interpreter) in (bases or APP_BASES).items():
+        asgi = base != "free-threaded"
+        if not asgi:
+            base, interpreter = free_threaded_image()
+        elif base is None or not base.startswith("docker.io/"):
+            base = tree_image(base or SID_SLIM)
+        run(ENGINE, "build", "-q", "-f", str(ROOT / "examples/kube/Dockerfile"), "--build-arg", f"BASE={base}",
+            "--build-arg", f"PYTHON={interpreter}", "--build-arg", f"ASGI={'1' if asgi else ''}",
+            "-t", app_image(python), str(ROOT))
 
 
-def sid_image() -> str:
-    """scripts/rootfs.sh's sid-slim tree as an image (imported once per tree: the tag is its recipe hash)."""
-    tree = Path(run(str(ROOT / "scripts" / "rootfs.sh"), SID_SLIM).split()[-1])
+def free_threaded_image() -> tuple[str, str]:
+    """scripts/freethreaded.sh's 3.13t at its own path (its rpath) on python:3.11-slim-bookworm's
+    libraries, without what an app does not run (free-threaded.dockerignore): the image (built once
+    per build of it and recipe) and the interpreter's path."""
+    python = Path(run(str(ROOT / "scripts" / "freethreaded.sh"), "3.13").split()[-1])
+    prefix = python.parent.parent
+    ignore = FREE_THREADED_APP_DOCKERFILE.with_suffix(".dockerignore")
+    recipe = hashlib.sha256(FREE_THREADED_APP_DOCKERFILE.read_bytes() + ignore.read_bytes()).hexdigest()[:12]
+    image = f"localhost/otel-gil/python-free-threaded:{prefix.name}-{recipe}"
+    if subprocess.run([ENGINE, "image", "exists", image]).returncode != 0:
+        run(ENGINE, "build", "-q", "-f", str(FREE_THREADED_APP_DOCKERFILE), "--ignorefile", str(ignore),
+            "--build-arg", f"PREFIX={prefix}", "-t", image, str(prefix))
+    return image, str(python)
+
+
+def tree_image(name: str) -> str:
+    """scripts/rootfs.sh's tree ``name`` as an image (imported once per tree: the tag is its recipe hash)."""
+    tree = Path(run(str(ROOT / "scripts" / "rootfs.sh"), name).split()[-1])
     name, recipe = tree.name.rsplit("-", 1)
     image = f"localhost/otel-gil/{name}:{recipe}"
     if subprocess.run([ENGINE, "image", "exists", image]).returncode != 0:

@@ -352,13 +352,11 @@ def down() -> None:
     if (pids / "kubelet").exists():
         stop(int((pids / "kubelet").read_text()))  # first: it would restart what is killed below
     if (RUN / "containerd.sock").exists():  # every container the node ran
-        try:
-            for task in ctr("tasks", "ls", "-q", check=False).split():
-                ctr("tasks", "kill", "-s", "SIGKILL", task, check=False)
-            for task in ctr("tasks", "ls", "-q", check=False).split():
-                ctr("tasks", "rm", "-f", task, check=False)  # its shim exits with it
-            for container in ctr("containers", "ls", "-q", check=False).split():
-                ctr("containers", "rm", container, check=False)
+        try:  # one ctr for all (one each took 1 s on a loaded host)
+            if tasks := ctr("tasks", "ls", "-q", check=False).split():
+                ctr("tasks", "rm", "-f", *tasks, check=False)  # SIGKILL, then delete: its shim exits with it
+            if containers := ctr("containers", "ls", "-q", check=False).split():
+                ctr("containers", "rm", *containers, check=False)
         except subprocess.TimeoutExpired:
             pass
     for name in reversed(COMPONENTS):

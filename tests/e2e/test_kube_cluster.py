@@ -4,14 +4,16 @@ runs on the node with an address on the Pods' bridge; the OpenTelemetry Operator
 (scripts/kube_operator.py, its own CRDs, RBAC and webhooks) mutates a plain Deployment's Pod
 annotated as the README says; the example apps as plain Deployments so annotated, in a namespace
 enforcing PodSecurity restricted, serve from the Pods the controllers and the webhook make, export
-to Jaeger in the cluster and wait out a known hold; and down leaves no process, mount, veth,
-bridge, cgroup or iptables chain behind. Started once for the module, down at its end also when a
-test failed."""
+to Jaeger in the cluster and wait out a known hold; on a free-threaded CPython the app keeps its
+GIL off and its spans park for the known time, on 3.9 it serves uninstrumented and says why; and
+down leaves no process, mount, veth, bridge, cgroup or iptables chain behind. Started once for
+the module, down at its end also when a test failed."""
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import KNOWN_WAITS, ROOT, check_known_waits, known_wait_ms
+from helpers import KNOWN_WAITS, ROOT, check_known_waits, known_wait_ms, within
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import kube  # noqa: E402
@@ -33,6 +35,8 @@ JAEGER_IMAGE = "docker.io/jaegertracing/jaeger:2.13.0"  # scripts/images.sh's
 # The example apps as plain Deployments of images with no OpenTelemetry (examples/kube/Dockerfile):
 # each framework once, on two CPythons.
 APPS = [("flask", "3.11"), ("fastapi", "3.13"), ("django", "3.13")]
+# Flask on CPythons the tree has no GIL figures for (kube.EDGE_BASES): free-threaded, older than its SDK.
+FREE_THREADED, OLDER = EDGE = [("flask", python) for python in kube.EDGE_BASES]
 APP_PORT = 8000  # in each Pod's own network namespace
 RESTRICTED = {"runAsNonRoot": True, "runAsUser": 10001, "allowPrivilegeEscalation": False,
               "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
@@ -194,8 +198,8 @@ def apps(instrumented_namespace):
     then the apps' Deployments rolled out: Jaeger's API base URL (the node reaches the Pods' range)."""
     started = time.monotonic()
     try:
-        kube.build_app_images()
-        for image in (JAEGER_IMAGE, PYTHON_IMAGE, *{kube.app_image(python) for _, python in APPS}):
+        kube.build_app_images({**kube.APP_BASES, **kube.EDGE_BASES})
+        for image in (JAEGER_IMAGE, PYTHON_IMAGE, *{kube.app_image(python) for _, python in APPS + EDGE}):
             cluster.load(image)
     except (cluster.ClusterError, kube.KubeError) as exc:
         pytest.fail(str(exc))
@@ -211,8 +215,8 @@ def apps(instrumented_namespace):
                 "--namespace", APPS_NAMESPACE, "--reuse-values", "--set", f"instrumentation.endpoint=http://{ip}:4318",
                 "--set", "instrumentation.metricsExporter=none", "--set", "instrumentation.logsExporter=none",
                 timeout=120)
-    apply(*(app_deployment(app, python) for app, python in APPS))
-    for app, python in APPS:
+    apply(*(app_deployment(app, python) for app, python in APPS + EDGE))
+    for app, python in APPS + EDGE:
         name = app_name(app, python)
         try:
             cluster.kubectl("-n", APPS_NAMESPACE, "rollout", "status", f"deployment/{name}", "--timeout=180s",
@@ -253,6 +257,50 @@ def test_injected_deployment_spans_carry_figures_against_truth(apps, app, python
     assert volume["emptyDir"]["sizeLimit"] == "200Mi" and size < TREE_LIMIT, (volume, size)
     print(f"{name}: /blocked waits {[s['tags']['gil.wait_ms'] for s in spans]} ms, holds {truths} ms; "
           f"tree {size / 2**20:.1f} MiB of the 200Mi emptyDir")
+
+
+def test_free_threaded_app_keeps_its_gil_off_and_parks_for_the_known_hold(apps):
+    """Flask on a free-threaded CPython (3.13t), its Deployment injected as the others: it serves
+    (the tree's .abi3.so crashed it at start); its /blocked spans, read from Jaeger, say
+    gil_disabled (read at each span start: the GIL still off), carry no GIL figure, and park in
+    gil-holder's join for its hold (no GIL keeps the request out meanwhile: cpython.parked.other_ms,
+    their median within 5 % or 0.5 ms of the holds'); the app with the tree, imported in the Pod,
+    leaves the GIL off (no extension of the tree turns it on) and the app's log says no import did."""
+    name = app_name(*FREE_THREADED)
+    pod = pod_of(name, APPS_NAMESPACE)
+    url, operation = f"http://{pod['status']['podIP']}:{APP_PORT}", "GET /blocked"
+    since = time.time_ns() // 1000
+    truths = [known_wait_ms(kube.get_text(f"{url}/blocked")) for _ in range(KNOWN_WAITS)]
+    spans = [s for s in kube.stack.wait_for_spans(name, operation, KNOWN_WAITS, timeout=60, since_us=since, base=apps)
+             if s["operationName"] == operation and s["tags"].get("span.kind") == "server"]
+    in_app = ("-n", APPS_NAMESPACE, pod["metadata"]["name"], "-c", "app")
+    log = cluster.kubectl("logs", *in_app)
+    assert len(spans) == KNOWN_WAITS, log
+    tags = [s["tags"] for s in spans]
+    assert all(t.get("gil.status") == "gil_disabled" and not {"gil.wait_ms", "gil.hold_ms"} & t.keys() for t in tags), tags
+    parked = [t["cpython.parked.other_ms"] for t in tags]
+    assert within(statistics.median(parked), statistics.median(truths)), (parked, truths)
+    gil = cluster.kubectl("exec", *in_app, "--", "python", "-c", "import app, sys; print(sys._is_gil_enabled())")
+    assert gil.split() == ["False"], gil
+    assert "GIL) has been enabled" not in log and "Failed to export" not in log, log
+    print(f"{name}: /blocked parked {parked} ms in gil-holder's join, holds {truths} ms")
+
+
+def test_app_older_than_the_tree_serves_uninstrumented(apps):
+    """Flask on CPython 3.9 (the tree's SDK requires 3.10), injected as the others: it serves; the
+    tree took itself off its path and said so in one line (its log), and no span of it reached
+    Jaeger (none could say why), though its readiness probe asks /health every second, as the 3.11
+    Flask app's does, whose spans did."""
+    name, control = app_name(*OLDER), app_name(*APPS[0])
+    pod = pod_of(name, APPS_NAMESPACE)
+    assert [kube.get(f"http://{pod['status']['podIP']}:{APP_PORT}/health") for _ in range(3)] == [200] * 3
+    since = time.time_ns() // 1000 - 2_000_000
+    assert kube.stack.wait_for_spans(control, "GET /health", 1, timeout=60, since_us=since, base=apps)
+    log = cluster.kubectl("-n", APPS_NAMESPACE, "logs", pod["metadata"]["name"], "-c", "app")
+    said = "otel-gil: CPython 3.9 is older than the instrumentation tree's 3.10: not instrumented"
+    assert log.count(said) == 1 and "Traceback" not in log, log
+    services = json.loads(kube.get_text(f"{apps}/api/services"))["data"] or []
+    assert name not in services and control in services, services
 
 
 def test_down_leaves_nothing(node):
