@@ -456,14 +456,15 @@ static void rename_logged(Charges *tc, const Start *start, PyObject *name)
 }
 
 /* A tracked span ends on this thread: charge what ran until now, then what ran before
- * it runs again. Before its figures are read (they are at or after this instant). */
-void context_end(Start *start, PyObject *span)
+ * it runs again. Before its figures are read: the instant charged to (CLOCK_MONOTONIC), for
+ * them to be read at; 0 where none was. */
+uint64_t context_end(Start *start, PyObject *span)
 {
 	Charges *tc = charges_here();
 	if (tc == NULL) {
 		clear_error();
 		Py_CLEAR(start->prev_running);
-		return;
+		return 0;
 	}
 	PyObject *name = lookup(span, s_name); /* blame names it as it ends (a server span gets its route late) */
 	if (name != NULL && name != start->name) {
@@ -484,7 +485,9 @@ void context_end(Start *start, PyObject *span)
 	if (tc->running == start) {
 		Start *prev = start->prev_running;
 		start->prev_running = NULL;
-		run(tc, prev, now ? now : clock_ns(CLOCK_MONOTONIC));
+		if (now == 0)
+			now = clock_ns(CLOCK_MONOTONIC);
+		run(tc, prev, now);
 	} else {
 		Py_CLEAR(start->prev_running);
 	}
@@ -494,6 +497,7 @@ void context_end(Start *start, PyObject *span)
 		if (tc->unseen)
 			start->own.flags |= OWN_UNSEEN;
 	}
+	return now;
 }
 
 /* ---------------------------------------------------------------- the switch hooks */

@@ -124,7 +124,8 @@ static PyObject *ContextRun_vectorcall(ContextRun *self, PyObject *const *args, 
 	Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
 	Charges *tc;
 	if (!(SWITCH_TRACKING) || nargs < 2 || !PyContext_CheckExact(args[0]) || (tc = charges_here()) == NULL) {
-		PyErr_Clear();
+		if (PyErr_Occurred())
+			PyErr_Clear();
 		return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
 	}
 	PyObject *ctx = args[0];
@@ -132,6 +133,7 @@ static PyObject *ContextRun_vectorcall(ContextRun *self, PyObject *const *args, 
 		return NULL;
 	SWITCH_RUNNING *before = tc->running;
 	Py_XINCREF(before);
+	Py_INCREF(tc); /* the same thread's, on the way back: kept, not looked up again */
 	switched(tc, NULL, 1);
 	PyObject *result = PyObject_Vectorcall(args[1], args + 2, (size_t)(nargs - 2), kwnames);
 	if (PyContext_Exit(ctx))
@@ -139,11 +141,10 @@ static PyObject *ContextRun_vectorcall(ContextRun *self, PyObject *const *args, 
 	PyObject *type = NULL, *value = NULL, *traceback = NULL;
 	if (result == NULL)
 		PyErr_Fetch(&type, &value, &traceback);
-	if ((tc = charges_here()) != NULL)
-		switched(tc, before, 0);
-	else
-		Py_XDECREF(before);
-	PyErr_Clear();
+	switched(tc, before, 0);
+	Py_DECREF(tc);
+	if (PyErr_Occurred())
+		PyErr_Clear();
 	if (result == NULL)
 		PyErr_Restore(type, value, traceback);
 	return result;
