@@ -75,6 +75,7 @@ typedef struct {
 	PyObject *loop;       /* the running loop last checked (before 3.14) */
 	int loop_seen;        /* ... whose switches are seen */
 	PyObject *tracer;     /* this thread's greenlet tracer, once set */
+	PyObject *spare_run;  /* a freed ctx.run bound, for the next (switch_hooks.h) */
 	Py_ssize_t modules;   /* len(sys.modules) when greenlet was last looked for */
 	struct switch_entry *log; /* who ran from when (LOG_LEN, from the thread's first switch) */
 	uint64_t logged;
@@ -97,6 +98,8 @@ static void Charges_dealloc(Charges *self)
 	Py_XDECREF(self->context);
 	Py_XDECREF(self->loop);
 	Py_XDECREF(self->tracer);
+	if (self->spare_run != NULL)
+		PyObject_GC_Del(self->spare_run);
 	if (self->log != NULL) {
 		for (int i = 0; i < LOG_LEN; i++)
 			Py_XDECREF(self->log[i].name);

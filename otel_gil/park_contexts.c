@@ -153,6 +153,7 @@ typedef struct {
 	PyObject *loop;       /* the running loop last checked */
 	int loop_seen;        /* ... a stdlib loop, whose switches Context.run sees */
 	PyObject *tracer;     /* this thread's greenlet tracer, once set */
+	PyObject *spare_run;  /* a freed ctx.run bound, for the next (switch_hooks.h) */
 	Py_ssize_t modules;   /* len(sys.modules) when greenlet was last looked for */
 	struct seen seen[SEEN_LEN];
 } Charges;
@@ -172,6 +173,8 @@ static void Charges_dealloc(Charges *self)
 	Py_XDECREF(self->context);
 	Py_XDECREF(self->loop);
 	Py_XDECREF(self->tracer);
+	if (self->spare_run != NULL)
+		PyObject_GC_Del(self->spare_run);
 	for (int i = 0; i < SEEN_LEN; i++) {
 		Py_XDECREF(self->seen[i].otel_context);
 		Py_XDECREF(self->seen[i].parked);

@@ -13,7 +13,8 @@
  * SWITCH_RUNNING (the type of what runs: a span's accumulator), SWITCH_CURRENT (its function
  * `SWITCH_RUNNING *(Charges *)`: the accumulator of the span current in the thread's context, a
  * new reference) and SWITCH_UNSEEN (the accumulator flag of a switch unseen); its Charges type
- * (fields owner, running, context, unseen), ChargesType, `here` (TLS: tstate, charges) and
+ * (fields owner, running, context, unseen, spare_run: a freed BoundRun its dealloc frees with
+ * PyObject_GC_Del), ChargesType, `here` (TLS: tstate, charges) and
  * s_charges_key; and, anywhere in the file, `flag_chain(SWITCH_RUNNING *, uint32_t)` and
  * `switched(Charges *, SWITCH_RUNNING *next, int look_up)` (a charge point, after which `next`,
  * stolen, runs, or with look_up whoever is current in the context).
@@ -156,6 +157,89 @@ static void ContextRun_dealloc(ContextRun *self)
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* ctx.run bound to its context, as Handle._run looks it up at every callback: a method object
+ * without PyMethod's allocation (on builds with a GIL, a thread's Charges keeps one freed, in
+ * spare_run, for the next). */
+typedef struct {
+	PyObject_HEAD
+	vectorcallfunc vectorcall;
+	ContextRun *run;
+	PyObject *context;
+} BoundRun;
+
+static PyTypeObject BoundRunType;
+
+#define BOUND_RUN_ARGS 8 /* arguments passed on the stack; more: allocated */
+
+static PyObject *BoundRun_vectorcall(BoundRun *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+	Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+	if (nargsf & PY_VECTORCALL_ARGUMENTS_OFFSET) { /* the caller lets args[-1] be borrowed */
+		PyObject **slot = (PyObject **)args - 1, *saved = *slot;
+		*slot = self->context;
+		PyObject *result = ContextRun_vectorcall(self->run, slot, (size_t)(nargs + 1), kwnames);
+		*slot = saved;
+		return result;
+	}
+	PyObject *stack[BOUND_RUN_ARGS + 1], **all = stack;
+	if (total >= BOUND_RUN_ARGS && (all = PyMem_Malloc((size_t)(total + 1) * sizeof(PyObject *))) == NULL)
+		return PyErr_NoMemory();
+	all[0] = self->context;
+	memcpy(all + 1, args, (size_t)total * sizeof(PyObject *));
+	PyObject *result = ContextRun_vectorcall(self->run, all, (size_t)(nargs + 1), kwnames);
+	if (all != stack)
+		PyMem_Free(all);
+	return result;
+}
+
+static int BoundRun_traverse(BoundRun *self, visitproc visit, void *arg)
+{
+	Py_VISIT(self->run);
+	Py_VISIT(self->context);
+	return 0;
+}
+
+static int BoundRun_clear(BoundRun *self)
+{
+	Py_CLEAR(self->run);
+	Py_CLEAR(self->context);
+	return 0;
+}
+
+static void BoundRun_dealloc(BoundRun *self)
+{
+	PyObject_GC_UnTrack(self);
+	BoundRun_clear(self);
+#ifndef Py_GIL_DISABLED
+	Charges *tc = here.charges;
+	if (tc != NULL && tc->spare_run == NULL && here.tstate == PyThreadState_Get()) {
+		tc->spare_run = (PyObject *)self;
+		return;
+	}
+#endif
+	PyObject_GC_Del(self);
+}
+
+static PyMemberDef BoundRun_members[] = {
+	{"__self__", T_OBJECT, offsetof(BoundRun, context), READONLY, "the context it runs in"},
+	{"__func__", T_OBJECT, offsetof(BoundRun, run), READONLY, "Context.run's replacement"},
+	{NULL},
+};
+
+static PyTypeObject BoundRunType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = SWITCH_HOOKS_MODULE ".BoundRun",
+	.tp_basicsize = sizeof(BoundRun),
+	.tp_dealloc = (destructor)BoundRun_dealloc,
+	.tp_vectorcall_offset = offsetof(BoundRun, vectorcall),
+	.tp_call = PyVectorcall_Call,
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+	.tp_doc = "ctx.run with a charge point on entering and leaving the context (otel_gil).",
+	.tp_traverse = (traverseproc)BoundRun_traverse,
+	.tp_clear = (inquiry)BoundRun_clear,
+	.tp_members = BoundRun_members,
+};
+
 /* tp_descr_get of Context.run's replacement (Py_TPFLAGS_METHOD_DESCRIPTOR): bound to an
  * instance, itself on the class. */
 static PyObject *bind_context_run(PyObject *self, PyObject *obj, PyObject *type)
@@ -164,7 +248,24 @@ static PyObject *bind_context_run(PyObject *self, PyObject *obj, PyObject *type)
 		Py_INCREF(self);
 		return self;
 	}
-	return PyMethod_New(self, obj);
+	BoundRun *bound = NULL;
+#ifndef Py_GIL_DISABLED
+	Charges *tc = here.charges;
+	if (tc != NULL && tc->spare_run != NULL && here.tstate == PyThreadState_Get()) {
+		bound = (BoundRun *)tc->spare_run;
+		tc->spare_run = NULL;
+		PyObject_Init((PyObject *)bound, &BoundRunType);
+	}
+#endif
+	if (bound == NULL && (bound = PyObject_GC_New(BoundRun, &BoundRunType)) == NULL)
+		return NULL;
+	bound->vectorcall = (vectorcallfunc)BoundRun_vectorcall;
+	Py_INCREF(self);
+	bound->run = (ContextRun *)self;
+	Py_INCREF(obj);
+	bound->context = obj;
+	PyObject_GC_Track(bound);
+	return (PyObject *)bound;
 }
 
 static PyMemberDef ContextRun_members[] = {
@@ -330,7 +431,7 @@ static int switch_hooks_init(void)
 	    (s_switch_settrace = PyUnicode_InternFromString("settrace")) == NULL ||
 	    (s_switch_greenlet = PyUnicode_InternFromString("greenlet")) == NULL)
 		return -1;
-	return PyType_Ready(&ContextRunType) || PyType_Ready(&TracerType);
+	return PyType_Ready(&ContextRunType) || PyType_Ready(&BoundRunType) || PyType_Ready(&TracerType);
 }
 
 #endif
