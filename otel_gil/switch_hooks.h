@@ -10,14 +10,17 @@
  *
  * The includer defines, before including this: SWITCH_HOOKS_MODULE (its module's name, naming
  * the types), SWITCH_TRACKING (an expression: whether the charge points charge now),
- * SWITCH_RUNNING (the type of what runs: a span's accumulator), SWITCH_CURRENT (its function
- * `SWITCH_RUNNING *(Charges *)`: the accumulator of the span current in the thread's context, a
- * new reference) and SWITCH_UNSEEN (the accumulator flag of a switch unseen); its Charges type
- * (fields owner, running, context, unseen, spare_run: a freed BoundRun its dealloc frees with
- * PyObject_GC_Del), ChargesType, `here` (TLS: tstate, charges) and
- * s_charges_key; and, anywhere in the file, `flag_chain(SWITCH_RUNNING *, uint32_t)` and
- * `switched(Charges *, SWITCH_RUNNING *next, int look_up)` (a charge point, after which `next`,
- * stolen, runs, or with look_up whoever is current in the context).
+ * SWITCH_RUNNING (the type of what runs: a span's accumulator, with a `parent` of its type),
+ * SWITCH_UNSEEN (the accumulator flag of a switch unseen), SWITCH_FLAG(a, flag) (sets an
+ * accumulator's flag), SWITCH_OTEL_VAR and SWITCH_SPAN_KEY (OpenTelemetry's ContextVar and its
+ * span key, NULL until known), SWITCH_OF_SPAN(span) (a span's accumulator, a new reference, or
+ * NULL) and SWITCH_LOOP_SEEN(loop) (whether a running loop that is not a stdlib one has its
+ * switches seen all the same); its Charges type (fields owner, running, context, unseen, loop,
+ * loop_seen, seen[SEEN_LEN] (struct seen: otel_context, running), spare_run: a freed BoundRun its
+ * dealloc frees with PyObject_GC_Del), ChargesType, `here` (TLS: tstate, charges) and
+ * s_charges_key; and, anywhere in the file, `switched(Charges *, SWITCH_RUNNING *next, int
+ * look_up)` (a charge point, after which `next`, stolen, runs, or with look_up whoever is current
+ * in the context).
  * Nothing here needs the GIL: Context's dict is changed under the includer's own serialisation
  * (the GIL, or a lock), and a tracer, a Charges and its TLS belong to one thread.
  */
@@ -33,17 +36,25 @@
 #include "py_versions.h"
 
 #if !defined(SWITCH_HOOKS_MODULE) || !defined(SWITCH_TRACKING) || !defined(SWITCH_RUNNING) || \
-	!defined(SWITCH_CURRENT) || !defined(SWITCH_UNSEEN)
-#error "define SWITCH_HOOKS_MODULE, SWITCH_TRACKING, SWITCH_RUNNING, SWITCH_CURRENT and SWITCH_UNSEEN first"
+	!defined(SWITCH_UNSEEN) || !defined(SWITCH_FLAG) || !defined(SWITCH_OTEL_VAR) || !defined(SWITCH_SPAN_KEY) || \
+	!defined(SWITCH_OF_SPAN) || !defined(SWITCH_LOOP_SEEN)
+#error "define SWITCH_HOOKS_MODULE, SWITCH_TRACKING, SWITCH_RUNNING, SWITCH_UNSEEN, SWITCH_FLAG, SWITCH_OTEL_VAR, SWITCH_SPAN_KEY, SWITCH_OF_SPAN and SWITCH_LOOP_SEEN first"
 #endif
+
+#define SWITCH_MAX_DEPTH 64 /* ancestors charged at most (a cycle cannot form: parents are older) */
 
 #define SWITCH_UNUSED __attribute__((unused)) /* (3.14+ default builds need no Context.run) */
 
-static PyObject *s_switch_run, *s_switch_settrace, *s_switch_greenlet;
+static PyObject *s_switch_run, *s_switch_settrace, *s_switch_greenlet, *s_switch_events, *s_switch_base_events;
 
 static void switched(Charges *tc, SWITCH_RUNNING *next, int look_up);
-static SWITCH_RUNNING *SWITCH_CURRENT(Charges *tc);
-static void flag_chain(SWITCH_RUNNING *a, uint32_t flag);
+
+/* Each span from `a` up its ancestors gets `flag`. */
+static void flag_chain(SWITCH_RUNNING *a, uint32_t flag)
+{
+	for (int depth = 0; a != NULL && depth < SWITCH_MAX_DEPTH; a = a->parent, depth++)
+		SWITCH_FLAG(a, flag);
+}
 
 /* ---------------------------------------------------------------- per thread */
 
@@ -86,6 +97,38 @@ static Charges *charges_here(void)
 	return here.charges;
 }
 
+/* The accumulator of the span current in this thread's context (a new reference), or NULL; tc
+ * remembers it for that OpenTelemetry context (immutable: attach makes a new one). */
+static SWITCH_RUNNING *current_running(Charges *tc)
+{
+	PyObject *var = SWITCH_OTEL_VAR, *octx = NULL, *span = NULL;
+	if (var == NULL || PyContextVar_Get(var, NULL, &octx) < 0 || octx == NULL) {
+		PyErr_Clear();
+		return NULL;
+	}
+	struct seen *seen = &tc->seen[((uintptr_t)octx >> 4) & (SEEN_LEN - 1)];
+	if (seen->otel_context == octx) {
+		Py_DECREF(octx);
+		Py_XINCREF(seen->running);
+		return seen->running;
+	}
+	SWITCH_RUNNING *running = NULL;
+#if PY_3_13_OR_LATER
+	if (PyDict_Check(octx) && PyDict_GetItemRef(octx, SWITCH_SPAN_KEY, &span) > 0) {
+#else
+	if (PyDict_Check(octx) && (span = PyDict_GetItemWithError(octx, SWITCH_SPAN_KEY)) != NULL) {
+		Py_INCREF(span);
+#endif
+		running = SWITCH_OF_SPAN(span);
+		Py_DECREF(span);
+	}
+	PyErr_Clear();
+	Py_XINCREF(running); /* (an accumulator is set as its span starts, before any context holds it) */
+	Py_XSETREF(seen->running, running);
+	Py_XSETREF(seen->otel_context, octx); /* takes the reference */
+	return running;
+}
+
 /* The context current now is the one the last charge point saw. */
 static void believe(Charges *tc)
 {
@@ -103,7 +146,7 @@ static void check_unseen(Charges *tc)
 	PyObject *ctx = PyThreadState_Get()->context;
 	if (tc->context == NULL || ctx == NULL || ctx == tc->context)
 		return;
-	SWITCH_RUNNING *there = SWITCH_CURRENT(tc);
+	SWITCH_RUNNING *there = current_running(tc);
 	if (there != tc->running) {
 		tc->unseen = 1;
 		flag_chain(tc->running, SWITCH_UNSEEN);
@@ -345,6 +388,55 @@ static SWITCH_UNUSED void unhook_context_run(void)
 	Py_CLEAR(context_run);
 }
 
+/* ---------------------------------------------------------------- loops */
+
+static PyObject *get_running_loop, *base_loop; /* asyncio's, once it is loaded (kept for good) */
+static PyCFunction running_loop_c; /* ... its C function where it takes no arguments: called directly */
+
+/* Before 3.14 only stdlib loops switch through Context.run: a span on a thread running any
+ * other loop (uvloop, where SWITCH_LOOP_SEEN does not say otherwise) cannot be told from its
+ * neighbours'. */
+static SWITCH_UNUSED void check_loop(Charges *tc)
+{
+	if (__atomic_load_n(&base_loop, __ATOMIC_ACQUIRE) == NULL) {
+		PyObject *events = PyImport_GetModule(s_switch_events), *base = PyImport_GetModule(s_switch_base_events);
+		PyObject *getter = events ? PyObject_GetAttrString(events, "_get_running_loop") : NULL;
+		PyObject *cls = base ? PyObject_GetAttrString(base, "BaseEventLoop") : NULL;
+		Py_XDECREF(events);
+		Py_XDECREF(base);
+		PyErr_Clear();
+		PyObject *none = NULL;
+		if (getter == NULL || cls == NULL ||
+		    !__atomic_compare_exchange_n(&get_running_loop, &none, getter, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+			Py_XDECREF(getter);
+			Py_XDECREF(cls);
+			return; /* not loaded (no loop), or another thread is setting them */
+		}
+		if (PyCFunction_Check(getter) && (PyCFunction_GetFlags(getter) & ~METH_COEXIST) == METH_NOARGS)
+			running_loop_c = PyCFunction_GetFunction(getter);
+		__atomic_store_n(&base_loop, cls, __ATOMIC_RELEASE);
+	}
+	PyObject *loop = running_loop_c ? running_loop_c(PyCFunction_GetSelf(get_running_loop), NULL)
+				      : PyObject_CallNoArgs(get_running_loop);
+	if (loop == NULL || loop == Py_None) {
+		Py_XDECREF(loop);
+		if (PyErr_Occurred())
+			PyErr_Clear();
+		return;
+	}
+	if (loop != tc->loop) {
+		tc->loop_seen = PyObject_IsInstance(loop, base_loop) == 1 || SWITCH_LOOP_SEEN(loop);
+		PyErr_Clear();
+		Py_XSETREF(tc->loop, loop);
+	} else {
+		Py_DECREF(loop);
+	}
+	if (!tc->loop_seen && !tc->unseen) {
+		tc->unseen = 1;
+		flag_chain(tc->running, SWITCH_UNSEEN);
+	}
+}
+
 /* ---------------------------------------------------------------- greenlets */
 
 /* greenlet.settrace's callback for one thread: each switch is a charge point, then the
@@ -429,7 +521,9 @@ static int switch_hooks_init(void)
 		return 0;
 	if ((s_switch_run = PyUnicode_InternFromString("run")) == NULL ||
 	    (s_switch_settrace = PyUnicode_InternFromString("settrace")) == NULL ||
-	    (s_switch_greenlet = PyUnicode_InternFromString("greenlet")) == NULL)
+	    (s_switch_greenlet = PyUnicode_InternFromString("greenlet")) == NULL ||
+	    (s_switch_events = PyUnicode_InternFromString("asyncio.events")) == NULL ||
+	    (s_switch_base_events = PyUnicode_InternFromString("asyncio.base_events")) == NULL)
 		return -1;
 	return PyType_Ready(&ContextRunType) || PyType_Ready(&BoundRunType) || PyType_Ready(&TracerType);
 }
