@@ -602,8 +602,9 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 	int ok_start;
 	long long span_start = as_ns(start_obj, &ok_start);
 	int simple = end_obj == Py_None && ok_start && (plain || explicit == Py_None);
+	uint64_t now = 0; /* the figures' instant: the last charge's, where there is one */
 	if (end_obj == Py_None && st->tracked)
-		context_end(st, span); /* what ran since the last charge point is its own: before any figure is read */
+		now = context_end(st, span); /* what ran since the last charge point is its own: before any figure is read */
 	Py_XDECREF(end_obj);
 	Py_XDECREF(start_obj);
 	clear_error();
@@ -612,7 +613,8 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 		Py_DECREF(start);
 		return python_end(self, args, nargs, kwnames);
 	}
-	uint64_t now = clock_ns(CLOCK_MONOTONIC);
+	if (now == 0)
+		now = clock_ns(CLOCK_MONOTONIC);
 	long long end_ns = (long long)clock_ns(CLOCK_REALTIME);
 	Hooks *hooks = self->hooks;
 	double wait_ratio;

@@ -32,14 +32,13 @@
 #include "fastspan.h"
 
 #define LOG_LEN 1024 /* switches a shared thread remembers, for blame (a power of 2) */
-#define MAX_DEPTH 64 /* ancestors charged at most (a cycle cannot form: parents are older) */
 
 /* The span hooks whose ring the charges are read from (a new reference), NULL: off. */
 static Hooks *tracking;
 static uint64_t epoch = 1; /* bumped as tracking stops: a span started before missed charges since */
 static PyObject *otel_var; /* OpenTelemetry's ContextVar of the current context */
 static PyObject *span_key; /* its key of the current span */
-static PyObject *s_charges_key, *s_parent, *s_context, *s_name, *s_asyncio_events, *s_asyncio_base_events;
+static PyObject *s_charges_key, *s_parent, *s_context, *s_name;
 
 /* ---------------------------------------------------------------- per thread */
 
@@ -57,7 +56,7 @@ struct switch_entry {
 /* An OpenTelemetry context (immutable: attach makes a new one) and the Start of its current span. */
 struct seen {
 	PyObject *otel_context;
-	Start *start;
+	Start *running;
 };
 
 typedef struct {
@@ -75,6 +74,7 @@ typedef struct {
 	PyObject *loop;       /* the running loop last checked (before 3.14) */
 	int loop_seen;        /* ... whose switches are seen */
 	PyObject *tracer;     /* this thread's greenlet tracer, once set */
+	PyObject *spare_run;  /* a freed ctx.run bound, for the next (switch_hooks.h) */
 	Py_ssize_t modules;   /* len(sys.modules) when greenlet was last looked for */
 	struct switch_entry *log; /* who ran from when (LOG_LEN, from the thread's first switch) */
 	uint64_t logged;
@@ -97,6 +97,8 @@ static void Charges_dealloc(Charges *self)
 	Py_XDECREF(self->context);
 	Py_XDECREF(self->loop);
 	Py_XDECREF(self->tracer);
+	if (self->spare_run != NULL)
+		PyObject_GC_Del(self->spare_run);
 	if (self->log != NULL) {
 		for (int i = 0; i < LOG_LEN; i++)
 			Py_XDECREF(self->log[i].name);
@@ -104,7 +106,7 @@ static void Charges_dealloc(Charges *self)
 	}
 	for (int i = 0; i < SEEN_LEN; i++) {
 		Py_XDECREF(self->seen[i].otel_context);
-		Py_XDECREF(self->seen[i].start);
+		Py_XDECREF(self->seen[i].running);
 	}
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -122,8 +124,13 @@ static PyTypeObject ChargesType = {
 #define SWITCH_HOOKS_MODULE "otel_gil._fastspan"
 #define SWITCH_TRACKING (tracking != NULL)
 #define SWITCH_RUNNING Start
-#define SWITCH_CURRENT current_start
 #define SWITCH_UNSEEN OWN_UNSEEN
+#define SWITCH_FLAG(a, flag) ((a)->own.flags |= (flag))
+#define SWITCH_OTEL_VAR otel_var
+#define SWITCH_SPAN_KEY span_key
+#define SWITCH_OF_SPAN start_of
+#define SWITCH_LOOP_SEEN module_switches_loop
+static Start *start_of(PyObject *span);
 #include "switch_hooks.h"
 
 /* ---------------------------------------------------------------- charging */
@@ -153,12 +160,6 @@ static void add(Start *a, const struct counters *d, uint32_t tid, int unseen)
 		o->tids_else[o->threads_else++] = tid;
 }
 
-static void flag_chain(Start *a, uint32_t flag)
-{
-	for (int depth = 0; a != NULL && depth < MAX_DEPTH; a = a->parent, depth++)
-		a->own.flags |= flag;
-}
-
 /* Charge the thread's counters since its last charge point (`c`, now) to the span
  * running there and its ancestors. */
 static void charge(Charges *tc, const struct counters *c)
@@ -171,7 +172,7 @@ static void charge(Charges *tc, const struct counters *c)
 		struct counters d = {c->wait_ns - l->wait_ns, c->hold_ns - l->hold_ns, c->acquisitions - l->acquisitions,
 				     c->convoy_waits - l->convoy_waits, 0};
 		int depth = 0;
-		for (Start *a = tc->running; a != NULL && depth < MAX_DEPTH; a = a->parent, depth++)
+		for (Start *a = tc->running; a != NULL && depth < SWITCH_MAX_DEPTH; a = a->parent, depth++)
 			add(a, &d, tc->tid, tc->unseen);
 	}
 	tc->last = *c;
@@ -227,39 +228,14 @@ static void run(Charges *tc, Start *next, uint64_t now)
 	Py_XDECREF(old);
 }
 
-/* The tracked Start of the span current in this thread's context (a new reference), or NULL;
- * tc (may be NULL) remembers it for that OpenTelemetry context. */
-static Start *current_start(Charges *tc)
+/* The span's tracked Start (a new reference), or NULL. */
+static Start *start_of(PyObject *span)
 {
-	PyObject *octx = NULL;
-	if (otel_var == NULL || PyContextVar_Get(otel_var, NULL, &octx) < 0 || octx == NULL) {
-		PyErr_Clear();
-		return NULL;
-	}
-	struct seen *seen = tc ? &tc->seen[((uintptr_t)octx >> 4) & (SEEN_LEN - 1)] : NULL;
-	if (seen != NULL && seen->otel_context == octx) {
-		Py_DECREF(octx);
-		Py_XINCREF(seen->start);
-		return seen->start;
-	}
-	PyObject *span = PyDict_Check(octx) ? PyDict_GetItemWithError(octx, span_key) : NULL;
-	Start *start = NULL;
-	if (span != NULL) {
-		PyObject *found = lookup(span, s_start_attr);
-		if (found != NULL && Py_IS_TYPE(found, &StartType) && ((Start *)found)->tracked)
-			start = (Start *)found;
-		else
-			Py_XDECREF(found);
-	}
-	PyErr_Clear();
-	if (seen != NULL) { /* (a Start is tracked for good once its span started: the answer stays right) */
-		Py_XINCREF(start);
-		Py_XSETREF(seen->start, start);
-		Py_XSETREF(seen->otel_context, octx); /* takes the reference */
-	} else {
-		Py_DECREF(octx);
-	}
-	return start;
+	PyObject *found = lookup(span, s_start_attr);
+	if (found != NULL && Py_IS_TYPE(found, &StartType) && ((Start *)found)->tracked)
+		return (Start *)found; /* (tracked for good once its span started: a context's answer stays right) */
+	Py_XDECREF(found);
+	return NULL;
 }
 
 /* A switch seen by a hook: charge what ran, then whose code runs in the context now current.
@@ -268,7 +244,7 @@ static Start *current_start(Charges *tc)
 static void switched(Charges *tc, Start *next /* stolen; NULL: look it up */, int look_up)
 {
 	if (look_up)
-		next = current_start(tc);
+		next = current_running(tc);
 	tc->switches++;
 	if (next == tc->running && tc->log != NULL) {
 		Py_XDECREF(next);
@@ -286,54 +262,6 @@ static void switched(Charges *tc, Start *next /* stolen; NULL: look it up */, in
 	run(tc, next, now);
 	believe(tc);
 }
-
-/* ---------------------------------------------------------------- loops and greenlets */
-
-#if !PY_3_14_OR_LATER
-/* Before 3.14 only stdlib loops switch through Context.run: a span on a thread running
- * any other loop (uvloop) cannot be told from its neighbours'. */
-static PyObject *get_running_loop, *base_loop; /* asyncio's, once it is loaded */
-static PyCFunction running_loop_c; /* ... its C function where it takes no arguments: called directly */
-
-static void check_loop(Charges *tc)
-{
-	if (get_running_loop == NULL) {
-		PyObject *events = PyImport_GetModule(s_asyncio_events), *base = PyImport_GetModule(s_asyncio_base_events);
-		if (events != NULL && base != NULL) {
-			get_running_loop = PyObject_GetAttrString(events, "_get_running_loop");
-			base_loop = PyObject_GetAttrString(base, "BaseEventLoop");
-			if (get_running_loop == NULL || base_loop == NULL)
-				Py_CLEAR(get_running_loop);
-			else if (PyCFunction_Check(get_running_loop) &&
-				 (PyCFunction_GetFlags(get_running_loop) & ~METH_COEXIST) == METH_NOARGS)
-				running_loop_c = PyCFunction_GetFunction(get_running_loop);
-		}
-		Py_XDECREF(events);
-		Py_XDECREF(base);
-		PyErr_Clear();
-		if (get_running_loop == NULL)
-			return;
-	}
-	PyObject *loop = running_loop_c ? running_loop_c(PyCFunction_GetSelf(get_running_loop), NULL)
-				      : PyObject_CallNoArgs(get_running_loop);
-	if (loop == NULL || loop == Py_None) {
-		Py_XDECREF(loop);
-		clear_error();
-		return;
-	}
-	if (loop != tc->loop) {
-		tc->loop_seen = PyObject_IsInstance(loop, base_loop) == 1 || module_switches_loop(loop);
-		PyErr_Clear();
-		Py_XSETREF(tc->loop, loop);
-	} else {
-		Py_DECREF(loop);
-	}
-	if (!tc->loop_seen && !tc->unseen) {
-		tc->unseen = 1;
-		flag_chain(tc->running, OWN_UNSEEN);
-	}
-}
-#endif
 
 /* ---------------------------------------------------------------- span start and end */
 
@@ -360,12 +288,12 @@ static Start *parent_of(Charges *tc, PyObject *span)
 	if (!id || remote)
 		return NULL;
 	int depth = 0;
-	for (Start *a = tc->running; a != NULL && depth < MAX_DEPTH; a = a->parent, depth++)
+	for (Start *a = tc->running; a != NULL && depth < SWITCH_MAX_DEPTH; a = a->parent, depth++)
 		if (a->span_id == id) {
 			Py_INCREF(a);
 			return a;
 		}
-	Start *current = current_start(tc);
+	Start *current = current_running(tc);
 	if (current != NULL && current->span_id == id)
 		return current;
 	Py_XDECREF(current);
@@ -456,14 +384,15 @@ static void rename_logged(Charges *tc, const Start *start, PyObject *name)
 }
 
 /* A tracked span ends on this thread: charge what ran until now, then what ran before
- * it runs again. Before its figures are read (they are at or after this instant). */
-void context_end(Start *start, PyObject *span)
+ * it runs again. Before its figures are read: the instant charged to (CLOCK_MONOTONIC), for
+ * them to be read at; 0 where none was. */
+uint64_t context_end(Start *start, PyObject *span)
 {
 	Charges *tc = charges_here();
 	if (tc == NULL) {
 		clear_error();
 		Py_CLEAR(start->prev_running);
-		return;
+		return 0;
 	}
 	PyObject *name = lookup(span, s_name); /* blame names it as it ends (a server span gets its route late) */
 	if (name != NULL && name != start->name) {
@@ -484,7 +413,9 @@ void context_end(Start *start, PyObject *span)
 	if (tc->running == start) {
 		Start *prev = start->prev_running;
 		start->prev_running = NULL;
-		run(tc, prev, now ? now : clock_ns(CLOCK_MONOTONIC));
+		if (now == 0)
+			now = clock_ns(CLOCK_MONOTONIC);
+		run(tc, prev, now);
 	} else {
 		Py_CLEAR(start->prev_running);
 	}
@@ -494,6 +425,7 @@ void context_end(Start *start, PyObject *span)
 		if (tc->unseen)
 			start->own.flags |= OWN_UNSEEN;
 	}
+	return now;
 }
 
 /* ---------------------------------------------------------------- the switch hooks */
@@ -655,8 +587,7 @@ int contexts_init(PyObject *module)
 		const char *text;
 	} names[] = {
 		{&s_charges_key, "otel_gil.charges"}, {&s_parent, "_parent"}, {&s_context, "_context"},
-		{&s_name, "_name"}, {&s_asyncio_events, "asyncio.events"},
-		{&s_asyncio_base_events, "asyncio.base_events"},
+		{&s_name, "_name"},
 	};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)

@@ -224,7 +224,8 @@ HIDDEN int contexts_init(PyObject *module);
 HIDDEN int tracking_contexts(Hooks *hooks);
 HIDDEN int tracked_throughout(const Start *start);
 HIDDEN void context_start(Hooks *hooks, Start *start, PyObject *span);
-HIDDEN void context_end(Start *start, PyObject *span);
+/* The instant charged to (CLOCK_MONOTONIC), 0 where none was. */
+HIDDEN uint64_t context_end(Start *start, PyObject *span);
 HIDDEN PyObject *contexts_track(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 HIDDEN PyObject *contexts_untrack(PyObject *module, PyObject *unused);
 HIDDEN PyObject *contexts_hook_modules(PyObject *module, PyObject *unused);

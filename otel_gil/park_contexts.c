@@ -42,7 +42,6 @@
 #include "gil_layout.h"
 #include "py_versions.h"
 
-#define MAX_DEPTH 64   /* ancestors charged at most */
 #define OTHER_TIDS 8   /* other threads told apart; past that, threads_else is -1 */
 #define SEEN_LEN 16    /* OpenTelemetry contexts a thread remembers the Parked of (a power of 2) */
 #define UNSEEN 1       /* ran where a switch no hook saw changed whose code ran */
@@ -55,7 +54,7 @@ static uint32_t ring_slots;
 static uint64_t generation = 1; /* bumped at track(), untrack(), in a forked child: what was read is void */
 static int tracking;
 static PyObject *otel_var, *span_key; /* OpenTelemetry's ContextVar and its span key; kept for good once set */
-static PyObject *s_charges_key, *s_parked_attr, *s_asyncio_events, *s_asyncio_base_events;
+static PyObject *s_charges_key, *s_parked_attr;
 
 /* ---------------------------------------------------------------- a span's parks */
 
@@ -124,20 +123,20 @@ static void add(Parked *a, const struct tally *d, const volatile struct gil_slot
 	PyMutex_Unlock(&a->mutex);
 }
 
-static void flag_chain(Parked *a, uint32_t flag)
+/* One span's flag (the rest of its chain: switch_hooks.h's flag_chain). */
+static void flag_one(Parked *a, uint32_t flag)
 {
-	for (int depth = 0; a != NULL && depth < MAX_DEPTH; a = a->parent, depth++) {
-		PyMutex_Lock(&a->mutex);
-		a->flags |= flag;
-		PyMutex_Unlock(&a->mutex);
-	}
+	PyMutex_Lock(&a->mutex);
+	a->flags |= flag;
+	PyMutex_Unlock(&a->mutex);
 }
 
 /* ---------------------------------------------------------------- per thread */
 
+/* An OpenTelemetry context (immutable: attach makes a new one) and the Parked of its current span. */
 struct seen {
 	PyObject *otel_context;
-	Parked *parked;
+	Parked *running;
 };
 
 typedef struct {
@@ -153,6 +152,7 @@ typedef struct {
 	PyObject *loop;       /* the running loop last checked */
 	int loop_seen;        /* ... a stdlib loop, whose switches Context.run sees */
 	PyObject *tracer;     /* this thread's greenlet tracer, once set */
+	PyObject *spare_run;  /* a freed ctx.run bound, for the next (switch_hooks.h) */
 	Py_ssize_t modules;   /* len(sys.modules) when greenlet was last looked for */
 	struct seen seen[SEEN_LEN];
 } Charges;
@@ -172,9 +172,11 @@ static void Charges_dealloc(Charges *self)
 	Py_XDECREF(self->context);
 	Py_XDECREF(self->loop);
 	Py_XDECREF(self->tracer);
+	if (self->spare_run != NULL)
+		PyObject_GC_Del(self->spare_run);
 	for (int i = 0; i < SEEN_LEN; i++) {
 		Py_XDECREF(self->seen[i].otel_context);
-		Py_XDECREF(self->seen[i].parked);
+		Py_XDECREF(self->seen[i].running);
 	}
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -192,8 +194,13 @@ static PyTypeObject ChargesType = {
 #define SWITCH_HOOKS_MODULE "otel_gil._parkcontexts"
 #define SWITCH_TRACKING __atomic_load_n(&tracking, __ATOMIC_ACQUIRE)
 #define SWITCH_RUNNING Parked
-#define SWITCH_CURRENT current_parked
 #define SWITCH_UNSEEN UNSEEN
+#define SWITCH_FLAG flag_one
+#define SWITCH_OTEL_VAR __atomic_load_n(&otel_var, __ATOMIC_ACQUIRE)
+#define SWITCH_SPAN_KEY __atomic_load_n(&span_key, __ATOMIC_ACQUIRE)
+#define SWITCH_OF_SPAN parked_of
+#define SWITCH_LOOP_SEEN(loop) 0 /* (no GOT hooks of loop modules here) */
+static Parked *parked_of(PyObject *span);
 #include "switch_hooks.h"
 
 /* The calling thread's own slot (NULL: it has not parked yet), from the tracked ring. */
@@ -265,7 +272,7 @@ static void charge(Charges *tc, const struct tally *c, const volatile struct gil
 		if (c->long_parks - first > GIL_PARK_RING_LEN)
 			first = c->long_parks - GIL_PARK_RING_LEN;
 		int depth = 0;
-		for (Parked *a = tc->running; a != NULL && depth < MAX_DEPTH; a = a->parent, depth++)
+		for (Parked *a = tc->running; a != NULL && depth < SWITCH_MAX_DEPTH; a = a->parent, depth++)
 			add(a, &d, s, first, tc->tid, tc->unseen);
 	}
 	tc->last = *c;
@@ -279,34 +286,14 @@ static void run(Charges *tc, Parked *next)
 	Py_XDECREF(old);
 }
 
-/* The Parked of the span current in this thread's context (a new reference), or NULL. */
-static Parked *current_parked(Charges *tc)
+/* The span's Parked (a new reference), or NULL. */
+static Parked *parked_of(PyObject *span)
 {
-	PyObject *octx = NULL, *span = NULL;
-	if (PyContextVar_Get(__atomic_load_n(&otel_var, __ATOMIC_ACQUIRE), NULL, &octx) < 0 || octx == NULL) {
-		PyErr_Clear();
-		return NULL;
-	}
-	struct seen *seen = &tc->seen[((uintptr_t)octx >> 4) & (SEEN_LEN - 1)];
-	if (seen->otel_context == octx) {
-		Py_DECREF(octx);
-		Py_XINCREF(seen->parked);
-		return seen->parked;
-	}
-	Parked *parked = NULL;
-	if (PyDict_Check(octx) && PyDict_GetItemRef(octx, __atomic_load_n(&span_key, __ATOMIC_ACQUIRE), &span) > 0) {
-		PyObject *found = NULL;
-		if (PyObject_GetOptionalAttr(span, s_parked_attr, &found) > 0 && Py_IS_TYPE(found, &ParkedType))
-			parked = (Parked *)found;
-		else
-			Py_XDECREF(found);
-		Py_DECREF(span);
-	}
-	PyErr_Clear();
-	Py_XINCREF(parked); /* (a span's Parked is set as it starts, before any context holds it) */
-	Py_XSETREF(seen->parked, parked);
-	Py_XSETREF(seen->otel_context, octx); /* takes the reference */
-	return parked;
+	PyObject *found = NULL;
+	if (PyObject_GetOptionalAttr(span, s_parked_attr, &found) > 0 && Py_IS_TYPE(found, &ParkedType))
+		return (Parked *)found;
+	Py_XDECREF(found);
+	return NULL;
 }
 
 /* A switch seen by a hook: charge what ran, then whose code runs in the context now current. */
@@ -321,50 +308,8 @@ static void switched(Charges *tc, Parked *next /* stolen; NULL: look it up */, i
 		Py_XDECREF(next);
 		return;
 	}
-	run(tc, look_up ? current_parked(tc) : next);
+	run(tc, look_up ? current_running(tc) : next);
 	believe(tc);
-}
-
-/* ---------------------------------------------------------------- loops and greenlets */
-
-static PyObject *get_running_loop, *base_loop; /* asyncio's, once loaded (kept for good) */
-
-/* A running loop other than a stdlib one (uvloop) enters contexts where Context.run does not see it. */
-static void check_loop(Charges *tc)
-{
-	if (__atomic_load_n(&base_loop, __ATOMIC_ACQUIRE) == NULL) {
-		PyObject *events = PyImport_GetModule(s_asyncio_events), *base = PyImport_GetModule(s_asyncio_base_events);
-		PyObject *getter = events ? PyObject_GetAttrString(events, "_get_running_loop") : NULL;
-		PyObject *cls = base ? PyObject_GetAttrString(base, "BaseEventLoop") : NULL;
-		Py_XDECREF(events);
-		Py_XDECREF(base);
-		PyErr_Clear();
-		PyObject *none = NULL;
-		if (getter == NULL || cls == NULL ||
-		    !__atomic_compare_exchange_n(&get_running_loop, &none, getter, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-			Py_XDECREF(getter);
-			Py_XDECREF(cls);
-			return; /* not loaded (no loop), or another thread set them */
-		}
-		__atomic_store_n(&base_loop, cls, __ATOMIC_RELEASE);
-	}
-	PyObject *loop = PyObject_CallNoArgs(get_running_loop);
-	if (loop == NULL || loop == Py_None) {
-		Py_XDECREF(loop);
-		PyErr_Clear();
-		return;
-	}
-	if (loop != tc->loop) {
-		tc->loop_seen = PyObject_IsInstance(loop, base_loop) == 1;
-		PyErr_Clear();
-		Py_XSETREF(tc->loop, loop);
-	} else {
-		Py_DECREF(loop);
-	}
-	if (!tc->loop_seen && !tc->unseen) {
-		tc->unseen = 1;
-		flag_chain(tc->running, UNSEEN);
-	}
 }
 
 /* ---------------------------------------------------------------- the module's functions */
@@ -454,7 +399,7 @@ static PyObject *start(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 		if (a->span_id == parent_id)
 			p->parent = (Parked *)Py_NewRef(a);
 	if (parent_id && p->parent == NULL) {
-		Parked *current = current_parked(tc);
+		Parked *current = current_running(tc);
 		if (current != NULL && current->span_id == parent_id)
 			p->parent = current;
 		else
@@ -549,7 +494,6 @@ static int exec_module(PyObject *m)
 		const char *text;
 	} names[] = {
 		{&s_charges_key, "otel_gil.park_charges"}, {&s_parked_attr, "_otel_gil_parked"},
-		{&s_asyncio_events, "asyncio.events"}, {&s_asyncio_base_events, "asyncio.base_events"},
 	};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (*names[i].slot == NULL && (*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)

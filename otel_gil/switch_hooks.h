@@ -10,13 +10,17 @@
  *
  * The includer defines, before including this: SWITCH_HOOKS_MODULE (its module's name, naming
  * the types), SWITCH_TRACKING (an expression: whether the charge points charge now),
- * SWITCH_RUNNING (the type of what runs: a span's accumulator), SWITCH_CURRENT (its function
- * `SWITCH_RUNNING *(Charges *)`: the accumulator of the span current in the thread's context, a
- * new reference) and SWITCH_UNSEEN (the accumulator flag of a switch unseen); its Charges type
- * (fields owner, running, context, unseen), ChargesType, `here` (TLS: tstate, charges) and
- * s_charges_key; and, anywhere in the file, `flag_chain(SWITCH_RUNNING *, uint32_t)` and
- * `switched(Charges *, SWITCH_RUNNING *next, int look_up)` (a charge point, after which `next`,
- * stolen, runs, or with look_up whoever is current in the context).
+ * SWITCH_RUNNING (the type of what runs: a span's accumulator, with a `parent` of its type),
+ * SWITCH_UNSEEN (the accumulator flag of a switch unseen), SWITCH_FLAG(a, flag) (sets an
+ * accumulator's flag), SWITCH_OTEL_VAR and SWITCH_SPAN_KEY (OpenTelemetry's ContextVar and its
+ * span key, NULL until known), SWITCH_OF_SPAN(span) (a span's accumulator, a new reference, or
+ * NULL) and SWITCH_LOOP_SEEN(loop) (whether a running loop that is not a stdlib one has its
+ * switches seen all the same); its Charges type (fields owner, running, context, unseen, loop,
+ * loop_seen, seen[SEEN_LEN] (struct seen: otel_context, running), spare_run: a freed BoundRun its
+ * dealloc frees with PyObject_GC_Del), ChargesType, `here` (TLS: tstate, charges) and
+ * s_charges_key; and, anywhere in the file, `switched(Charges *, SWITCH_RUNNING *next, int
+ * look_up)` (a charge point, after which `next`, stolen, runs, or with look_up whoever is current
+ * in the context).
  * Nothing here needs the GIL: Context's dict is changed under the includer's own serialisation
  * (the GIL, or a lock), and a tracer, a Charges and its TLS belong to one thread.
  */
@@ -32,17 +36,25 @@
 #include "py_versions.h"
 
 #if !defined(SWITCH_HOOKS_MODULE) || !defined(SWITCH_TRACKING) || !defined(SWITCH_RUNNING) || \
-	!defined(SWITCH_CURRENT) || !defined(SWITCH_UNSEEN)
-#error "define SWITCH_HOOKS_MODULE, SWITCH_TRACKING, SWITCH_RUNNING, SWITCH_CURRENT and SWITCH_UNSEEN first"
+	!defined(SWITCH_UNSEEN) || !defined(SWITCH_FLAG) || !defined(SWITCH_OTEL_VAR) || !defined(SWITCH_SPAN_KEY) || \
+	!defined(SWITCH_OF_SPAN) || !defined(SWITCH_LOOP_SEEN)
+#error "define SWITCH_HOOKS_MODULE, SWITCH_TRACKING, SWITCH_RUNNING, SWITCH_UNSEEN, SWITCH_FLAG, SWITCH_OTEL_VAR, SWITCH_SPAN_KEY, SWITCH_OF_SPAN and SWITCH_LOOP_SEEN first"
 #endif
+
+#define SWITCH_MAX_DEPTH 64 /* ancestors charged at most (a cycle cannot form: parents are older) */
 
 #define SWITCH_UNUSED __attribute__((unused)) /* (3.14+ default builds need no Context.run) */
 
-static PyObject *s_switch_run, *s_switch_settrace, *s_switch_greenlet;
+static PyObject *s_switch_run, *s_switch_settrace, *s_switch_greenlet, *s_switch_events, *s_switch_base_events;
 
 static void switched(Charges *tc, SWITCH_RUNNING *next, int look_up);
-static SWITCH_RUNNING *SWITCH_CURRENT(Charges *tc);
-static void flag_chain(SWITCH_RUNNING *a, uint32_t flag);
+
+/* Each span from `a` up its ancestors gets `flag`. */
+static void flag_chain(SWITCH_RUNNING *a, uint32_t flag)
+{
+	for (int depth = 0; a != NULL && depth < SWITCH_MAX_DEPTH; a = a->parent, depth++)
+		SWITCH_FLAG(a, flag);
+}
 
 /* ---------------------------------------------------------------- per thread */
 
@@ -85,6 +97,38 @@ static Charges *charges_here(void)
 	return here.charges;
 }
 
+/* The accumulator of the span current in this thread's context (a new reference), or NULL; tc
+ * remembers it for that OpenTelemetry context (immutable: attach makes a new one). */
+static SWITCH_RUNNING *current_running(Charges *tc)
+{
+	PyObject *var = SWITCH_OTEL_VAR, *octx = NULL, *span = NULL;
+	if (var == NULL || PyContextVar_Get(var, NULL, &octx) < 0 || octx == NULL) {
+		PyErr_Clear();
+		return NULL;
+	}
+	struct seen *seen = &tc->seen[((uintptr_t)octx >> 4) & (SEEN_LEN - 1)];
+	if (seen->otel_context == octx) {
+		Py_DECREF(octx);
+		Py_XINCREF(seen->running);
+		return seen->running;
+	}
+	SWITCH_RUNNING *running = NULL;
+#if PY_3_13_OR_LATER
+	if (PyDict_Check(octx) && PyDict_GetItemRef(octx, SWITCH_SPAN_KEY, &span) > 0) {
+#else
+	if (PyDict_Check(octx) && (span = PyDict_GetItemWithError(octx, SWITCH_SPAN_KEY)) != NULL) {
+		Py_INCREF(span);
+#endif
+		running = SWITCH_OF_SPAN(span);
+		Py_DECREF(span);
+	}
+	PyErr_Clear();
+	Py_XINCREF(running); /* (an accumulator is set as its span starts, before any context holds it) */
+	Py_XSETREF(seen->running, running);
+	Py_XSETREF(seen->otel_context, octx); /* takes the reference */
+	return running;
+}
+
 /* The context current now is the one the last charge point saw. */
 static void believe(Charges *tc)
 {
@@ -102,7 +146,7 @@ static void check_unseen(Charges *tc)
 	PyObject *ctx = PyThreadState_Get()->context;
 	if (tc->context == NULL || ctx == NULL || ctx == tc->context)
 		return;
-	SWITCH_RUNNING *there = SWITCH_CURRENT(tc);
+	SWITCH_RUNNING *there = current_running(tc);
 	if (there != tc->running) {
 		tc->unseen = 1;
 		flag_chain(tc->running, SWITCH_UNSEEN);
@@ -124,7 +168,8 @@ static PyObject *ContextRun_vectorcall(ContextRun *self, PyObject *const *args, 
 	Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
 	Charges *tc;
 	if (!(SWITCH_TRACKING) || nargs < 2 || !PyContext_CheckExact(args[0]) || (tc = charges_here()) == NULL) {
-		PyErr_Clear();
+		if (PyErr_Occurred())
+			PyErr_Clear();
 		return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
 	}
 	PyObject *ctx = args[0];
@@ -132,6 +177,7 @@ static PyObject *ContextRun_vectorcall(ContextRun *self, PyObject *const *args, 
 		return NULL;
 	SWITCH_RUNNING *before = tc->running;
 	Py_XINCREF(before);
+	Py_INCREF(tc); /* the same thread's, on the way back: kept, not looked up again */
 	switched(tc, NULL, 1);
 	PyObject *result = PyObject_Vectorcall(args[1], args + 2, (size_t)(nargs - 2), kwnames);
 	if (PyContext_Exit(ctx))
@@ -139,11 +185,10 @@ static PyObject *ContextRun_vectorcall(ContextRun *self, PyObject *const *args, 
 	PyObject *type = NULL, *value = NULL, *traceback = NULL;
 	if (result == NULL)
 		PyErr_Fetch(&type, &value, &traceback);
-	if ((tc = charges_here()) != NULL)
-		switched(tc, before, 0);
-	else
-		Py_XDECREF(before);
-	PyErr_Clear();
+	switched(tc, before, 0);
+	Py_DECREF(tc);
+	if (PyErr_Occurred())
+		PyErr_Clear();
 	if (result == NULL)
 		PyErr_Restore(type, value, traceback);
 	return result;
@@ -155,6 +200,89 @@ static void ContextRun_dealloc(ContextRun *self)
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* ctx.run bound to its context, as Handle._run looks it up at every callback: a method object
+ * without PyMethod's allocation (on builds with a GIL, a thread's Charges keeps one freed, in
+ * spare_run, for the next). */
+typedef struct {
+	PyObject_HEAD
+	vectorcallfunc vectorcall;
+	ContextRun *run;
+	PyObject *context;
+} BoundRun;
+
+static PyTypeObject BoundRunType;
+
+#define BOUND_RUN_ARGS 8 /* arguments passed on the stack; more: allocated */
+
+static PyObject *BoundRun_vectorcall(BoundRun *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+	Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+	if (nargsf & PY_VECTORCALL_ARGUMENTS_OFFSET) { /* the caller lets args[-1] be borrowed */
+		PyObject **slot = (PyObject **)args - 1, *saved = *slot;
+		*slot = self->context;
+		PyObject *result = ContextRun_vectorcall(self->run, slot, (size_t)(nargs + 1), kwnames);
+		*slot = saved;
+		return result;
+	}
+	PyObject *stack[BOUND_RUN_ARGS + 1], **all = stack;
+	if (total >= BOUND_RUN_ARGS && (all = PyMem_Malloc((size_t)(total + 1) * sizeof(PyObject *))) == NULL)
+		return PyErr_NoMemory();
+	all[0] = self->context;
+	memcpy(all + 1, args, (size_t)total * sizeof(PyObject *));
+	PyObject *result = ContextRun_vectorcall(self->run, all, (size_t)(nargs + 1), kwnames);
+	if (all != stack)
+		PyMem_Free(all);
+	return result;
+}
+
+static int BoundRun_traverse(BoundRun *self, visitproc visit, void *arg)
+{
+	Py_VISIT(self->run);
+	Py_VISIT(self->context);
+	return 0;
+}
+
+static int BoundRun_clear(BoundRun *self)
+{
+	Py_CLEAR(self->run);
+	Py_CLEAR(self->context);
+	return 0;
+}
+
+static void BoundRun_dealloc(BoundRun *self)
+{
+	PyObject_GC_UnTrack(self);
+	BoundRun_clear(self);
+#ifndef Py_GIL_DISABLED
+	Charges *tc = here.charges;
+	if (tc != NULL && tc->spare_run == NULL && here.tstate == PyThreadState_Get()) {
+		tc->spare_run = (PyObject *)self;
+		return;
+	}
+#endif
+	PyObject_GC_Del(self);
+}
+
+static PyMemberDef BoundRun_members[] = {
+	{"__self__", T_OBJECT, offsetof(BoundRun, context), READONLY, "the context it runs in"},
+	{"__func__", T_OBJECT, offsetof(BoundRun, run), READONLY, "Context.run's replacement"},
+	{NULL},
+};
+
+static PyTypeObject BoundRunType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = SWITCH_HOOKS_MODULE ".BoundRun",
+	.tp_basicsize = sizeof(BoundRun),
+	.tp_dealloc = (destructor)BoundRun_dealloc,
+	.tp_vectorcall_offset = offsetof(BoundRun, vectorcall),
+	.tp_call = PyVectorcall_Call,
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+	.tp_doc = "ctx.run with a charge point on entering and leaving the context (otel_gil).",
+	.tp_traverse = (traverseproc)BoundRun_traverse,
+	.tp_clear = (inquiry)BoundRun_clear,
+	.tp_members = BoundRun_members,
+};
+
 /* tp_descr_get of Context.run's replacement (Py_TPFLAGS_METHOD_DESCRIPTOR): bound to an
  * instance, itself on the class. */
 static PyObject *bind_context_run(PyObject *self, PyObject *obj, PyObject *type)
@@ -163,7 +291,24 @@ static PyObject *bind_context_run(PyObject *self, PyObject *obj, PyObject *type)
 		Py_INCREF(self);
 		return self;
 	}
-	return PyMethod_New(self, obj);
+	BoundRun *bound = NULL;
+#ifndef Py_GIL_DISABLED
+	Charges *tc = here.charges;
+	if (tc != NULL && tc->spare_run != NULL && here.tstate == PyThreadState_Get()) {
+		bound = (BoundRun *)tc->spare_run;
+		tc->spare_run = NULL;
+		PyObject_Init((PyObject *)bound, &BoundRunType);
+	}
+#endif
+	if (bound == NULL && (bound = PyObject_GC_New(BoundRun, &BoundRunType)) == NULL)
+		return NULL;
+	bound->vectorcall = (vectorcallfunc)BoundRun_vectorcall;
+	Py_INCREF(self);
+	bound->run = (ContextRun *)self;
+	Py_INCREF(obj);
+	bound->context = obj;
+	PyObject_GC_Track(bound);
+	return (PyObject *)bound;
 }
 
 static PyMemberDef ContextRun_members[] = {
@@ -241,6 +386,55 @@ static SWITCH_UNUSED void unhook_context_run(void)
 	PyType_Modified(&PyContext_Type);
 	Py_XDECREF(dict);
 	Py_CLEAR(context_run);
+}
+
+/* ---------------------------------------------------------------- loops */
+
+static PyObject *get_running_loop, *base_loop; /* asyncio's, once it is loaded (kept for good) */
+static PyCFunction running_loop_c; /* ... its C function where it takes no arguments: called directly */
+
+/* Before 3.14 only stdlib loops switch through Context.run: a span on a thread running any
+ * other loop (uvloop, where SWITCH_LOOP_SEEN does not say otherwise) cannot be told from its
+ * neighbours'. */
+static SWITCH_UNUSED void check_loop(Charges *tc)
+{
+	if (__atomic_load_n(&base_loop, __ATOMIC_ACQUIRE) == NULL) {
+		PyObject *events = PyImport_GetModule(s_switch_events), *base = PyImport_GetModule(s_switch_base_events);
+		PyObject *getter = events ? PyObject_GetAttrString(events, "_get_running_loop") : NULL;
+		PyObject *cls = base ? PyObject_GetAttrString(base, "BaseEventLoop") : NULL;
+		Py_XDECREF(events);
+		Py_XDECREF(base);
+		PyErr_Clear();
+		PyObject *none = NULL;
+		if (getter == NULL || cls == NULL ||
+		    !__atomic_compare_exchange_n(&get_running_loop, &none, getter, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+			Py_XDECREF(getter);
+			Py_XDECREF(cls);
+			return; /* not loaded (no loop), or another thread is setting them */
+		}
+		if (PyCFunction_Check(getter) && (PyCFunction_GetFlags(getter) & ~METH_COEXIST) == METH_NOARGS)
+			running_loop_c = PyCFunction_GetFunction(getter);
+		__atomic_store_n(&base_loop, cls, __ATOMIC_RELEASE);
+	}
+	PyObject *loop = running_loop_c ? running_loop_c(PyCFunction_GetSelf(get_running_loop), NULL)
+				      : PyObject_CallNoArgs(get_running_loop);
+	if (loop == NULL || loop == Py_None) {
+		Py_XDECREF(loop);
+		if (PyErr_Occurred())
+			PyErr_Clear();
+		return;
+	}
+	if (loop != tc->loop) {
+		tc->loop_seen = PyObject_IsInstance(loop, base_loop) == 1 || SWITCH_LOOP_SEEN(loop);
+		PyErr_Clear();
+		Py_XSETREF(tc->loop, loop);
+	} else {
+		Py_DECREF(loop);
+	}
+	if (!tc->loop_seen && !tc->unseen) {
+		tc->unseen = 1;
+		flag_chain(tc->running, SWITCH_UNSEEN);
+	}
 }
 
 /* ---------------------------------------------------------------- greenlets */
@@ -327,9 +521,11 @@ static int switch_hooks_init(void)
 		return 0;
 	if ((s_switch_run = PyUnicode_InternFromString("run")) == NULL ||
 	    (s_switch_settrace = PyUnicode_InternFromString("settrace")) == NULL ||
-	    (s_switch_greenlet = PyUnicode_InternFromString("greenlet")) == NULL)
+	    (s_switch_greenlet = PyUnicode_InternFromString("greenlet")) == NULL ||
+	    (s_switch_events = PyUnicode_InternFromString("asyncio.events")) == NULL ||
+	    (s_switch_base_events = PyUnicode_InternFromString("asyncio.base_events")) == NULL)
 		return -1;
-	return PyType_Ready(&ContextRunType) || PyType_Ready(&TracerType);
+	return PyType_Ready(&ContextRunType) || PyType_Ready(&BoundRunType) || PyType_Ready(&TracerType);
 }
 
 #endif

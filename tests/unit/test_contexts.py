@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import ctypes
+import gc
 import importlib
 import json
 import os
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -266,6 +268,33 @@ async def two_requests(tracer, slot) -> None:
 def holds(exporter) -> tuple:
     got = named(exporter)
     return got["a"].get("gil.hold_ms"), got["b"].get("gil.hold_ms")
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 14), reason="3.14's context watchers see the switches: Context.run stays the builtin's")
+def test_ctx_run_bound_by_the_hooks_passes_every_argument_and_is_collected(c_hooks):
+    """Context.run's replacement binds without a method object (switch_hooks.h's BoundRun): the
+    context is its __self__; positional and keyword arguments reach the callable whether the
+    caller lends a spare argument slot (a plain call) or not (``*args``: on the stack, or
+    allocated past 8); a bound run kept in its own context's variable is collected with it."""
+    ctx = contextvars.copy_context()
+    run = ctx.run
+    assert (type(contextvars.Context.__dict__["run"]).__name__, type(run).__name__) == ("ContextRun", "BoundRun")
+    assert run.__self__ is ctx
+
+    def echo(*args, **kwargs):
+        return args, kwargs
+
+    assert run(echo, 5, z=6) == ((5,), {"z": 6})
+    assert run(echo, *[1, 2]) == ((1, 2), {})
+    assert run(echo, *range(12), y=3) == (tuple(range(12)), {"y": 3})
+    assert contextvars.Context.run(ctx, echo, 4) == ((4,), {})
+    var = contextvars.ContextVar("bound")
+    kept = contextvars.copy_context()
+    kept.run(var.set, kept.run)  # kept -> its variable -> the bound run -> kept
+    gone = weakref.ref(kept)
+    del kept
+    gc.collect()
+    assert gone() is None
 
 
 @pytest.mark.parametrize("name", C_LOOPS)
