@@ -1,6 +1,6 @@
 /* The span hooks' reads and writes through CPython's own layouts, where the generic path
- * costs more than the rest of a span's figures: 3.11 only (its internal headers; 3.12's
- * and 3.13's layouts differ: they take the generic path).
+ * costs more than the rest of a span's figures: 3.11, 3.12 and 3.13, each its own (their
+ * internal headers); other versions take the generic path.
  *
  * Instance attributes (lookup, store_attr): the SDK span's, its BoundedAttributes', the
  * registration's, the thread's. A read through PyObject_GetAttr looks the name up in the
@@ -9,9 +9,13 @@
  * index in the shared keys, taken where the type has no attribute of that name (nothing
  * in the class can shadow the instance's value, nor stand in for it when absent) and no
  * __getattribute__ or __getattr__ of its own; valid while the type's version tag is the
- * same (CPython gives a type a new one on any change of it or its bases) and the
- * instance's values are there (not moved into a dict of its own). Else the generic
- * lookup, which refills it. A store goes there too where the type has no __setattr__.
+ * same (CPython gives a type a new one on any change of it or its bases), its shared keys
+ * are the same object, and the instance's values are there: 3.11, a values pointer (NULL
+ * once they moved into a dict of the instance's own); 3.12, the dict-or-values pointer
+ * tagged as values; 3.13, inline values after the object, marked valid (a dict made by
+ * vars() shares them while it can). As CPython's own LOAD_ATTR_INSTANCE_VALUE checks.
+ * Else the generic lookup, which refills it. A store goes there too where the type has
+ * no __setattr__ (3.11; 3.12 and 3.13 store through the generic path).
  *
  * A span's attribute dict, empty (dict_fill_empty): a copy of a model dict of the same
  * keys, its values replaced in place (PyDict_Update clones a dict's keys into an empty
@@ -20,15 +24,32 @@
  */
 #include "fastspan.h"
 
-#if PY_3_11_ONLY
+#define KNOWN_LAYOUT (PY_3_11_ONLY || PY_3_12_ONLY || PY_3_13_ONLY)
+
+#if KNOWN_LAYOUT
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations" /* (the header's inline functions read ma_version_tag) */
+#undef _PyGC_FINALIZED /* (3.12: Python.h's macro would rename pycore_gc.h's function) */
 #define Py_BUILD_CORE
 #include "internal/pycore_dict.h"
 #undef Py_BUILD_CORE
+#pragma GCC diagnostic pop
 
-/* internal/pycore_object.h's (which does not build outside CPython): where the values are. */
-static inline PyDictValues **values_pointer(PyObject *obj)
+/* obj's values, if its attributes are there (type: a type of managed dict), else NULL; as
+ * internal/pycore_object.h (which does not build outside CPython) finds them. */
+static inline PyDictValues *values_of(PyObject *obj, PyTypeObject *type)
 {
-	return ((PyDictValues **)obj) - 4;
+#if PY_3_11_ONLY
+	return *(((PyDictValues **)obj) - 4);
+#elif PY_3_12_ONLY
+	uintptr_t dorv = *(((uintptr_t *)obj) - 3); /* _PyObject_DictOrValuesPointer: values + 1 is tagged */
+	return dorv & 1 ? (PyDictValues *)(dorv + 1) : NULL;
+#else
+	if (!(type->tp_flags & Py_TPFLAGS_INLINE_VALUES) || type->tp_basicsize != sizeof(PyObject))
+		return NULL;
+	PyDictValues *values = (PyDictValues *)((char *)obj + sizeof(PyObject)); /* _PyObject_InlineValues */
+	return values->valid ? values : NULL;
+#endif
 }
 
 #define SLOTS 256 /* a power of 2: the hooks read some 20 names of 5 types */
@@ -65,8 +86,8 @@ static inline struct entry *entry_of(PyTypeObject *type, PyObject *name)
 /* The type's shared keys if obj's attributes may be read through them (its values), else NULL. */
 static inline PyDictKeysObject *shared_keys(PyObject *obj, PyTypeObject *type)
 {
-	if (!(type->tp_flags & Py_TPFLAGS_MANAGED_DICT) || !(type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) ||
-	    type->tp_getattro != PyObject_GenericGetAttr || *values_pointer(obj) == NULL)
+	if (!(type->tp_flags & Py_TPFLAGS_MANAGED_DICT) || type->tp_version_tag == 0 || /* (0: none, or changed) */
+	    type->tp_getattro != PyObject_GenericGetAttr || values_of(obj, type) == NULL)
 		return NULL;
 	PyDictKeysObject *keys = ((PyHeapTypeObject *)type)->ht_cached_keys;
 	return keys != NULL && keys->dk_kind == DICT_KEYS_SPLIT ? keys : NULL;
@@ -77,8 +98,14 @@ static inline PyDictValues *values_at(PyObject *obj, PyTypeObject *type, const s
 {
 	if (e == NULL || e->version != type->tp_version_tag) /* 0 after any change of the type: never cached */
 		return NULL;
-	PyDictValues *values = *values_pointer(obj); /* (a type of managed dict: its version says it is the same) */
-	return values != NULL && ((PyHeapTypeObject *)type)->ht_cached_keys == e->keys ? values : NULL;
+	PyDictValues *values = values_of(obj, type); /* (a type of managed dict: its version says it is the same) */
+	if (values == NULL || ((PyHeapTypeObject *)type)->ht_cached_keys != e->keys)
+		return NULL;
+#if PY_3_13_ONLY
+	if (e->index >= values->capacity) /* (3.11, 3.12: values as long as the keys, the same object) */
+		return NULL;
+#endif
+	return values;
 }
 
 /* Remember where name is for type's instances, if nothing in the type has that name. */
@@ -111,7 +138,7 @@ static void fill(PyObject *obj, PyObject *name)
 
 PyObject *lookup(PyObject *obj, PyObject *name)
 {
-#if PY_3_11_ONLY
+#if KNOWN_LAYOUT
 	PyTypeObject *type = Py_TYPE(obj);
 	const struct entry *e = entry_of(type, name);
 	PyDictValues *values = values_at(obj, type, e);
@@ -131,7 +158,7 @@ PyObject *lookup(PyObject *obj, PyObject *name)
 #else
 	_PyObject_LookupAttr(obj, name, &value);
 #endif
-#if PY_3_11_ONLY
+#if KNOWN_LAYOUT
 	if (!PyErr_Occurred())
 		fill(obj, name);
 #endif
@@ -161,7 +188,7 @@ int store_attr(PyObject *obj, PyObject *name, PyObject *value)
 
 int dict_fill_empty(PyObject *dict, PyObject *model, PyObject *const *keys, PyObject *const *values, Py_ssize_t n)
 {
-#if PY_3_11_ONLY
+#if KNOWN_LAYOUT
 	PyDictObject *mp = (PyDictObject *)model;
 	if (mp->ma_used == 0) {
 		for (Py_ssize_t i = 0; i < n; i++)

@@ -1,7 +1,8 @@
 /* otel_gil/cpython_layouts.c's lookup, store_attr and dict_fill_empty, callable from Python:
- * the C side of tests/unit/test_cpython_layouts.py, which compiles this module with it (test-only).
+ * the C side of tests/unit/layout_cases.py, which test_cpython_layouts.py compiles for each
+ * interpreter (test-only). The file is included, not linked: cached() reads its cache.
  */
-#include "fastspan.h"
+#include "cpython_layouts.c"
 
 static PyObject *absent; /* what lookup_attr returns where lookup found nothing */
 
@@ -37,7 +38,22 @@ static PyObject *checks_fill_empty(PyObject *module, PyObject *args)
 	return rc < 0 ? NULL : PyLong_FromLong(rc);
 }
 
+/* Whether lookup(obj, name) answers from its cache, through the type's layout (no generic lookup). */
+static PyObject *checks_cached(PyObject *module, PyObject *args)
+{
+	PyObject *obj, *name;
+	if (!PyArg_ParseTuple(args, "OU", &obj, &name))
+		return NULL;
+#if KNOWN_LAYOUT
+	return PyBool_FromLong(values_at(obj, Py_TYPE(obj), entry_of(Py_TYPE(obj), name)) != NULL);
+#else
+	Py_RETURN_FALSE;
+#endif
+}
+
 static PyMethodDef methods[] = {
+	{"cached", checks_cached, METH_VARARGS,
+	 "cached(obj, name): lookup(obj, name) reads it through the type's layout (name: an interned str)."},
 	{"fill_empty", checks_fill_empty, METH_VARARGS,
 	 "fill_empty(dict, model, keys, values): dict_fill_empty's 1 (filled) or 0 (the caller inserts)."},
 	{"store", checks_store, METH_VARARGS, "store(obj, name, value): setattr(obj, name, value) as the C span hooks do."},
@@ -52,7 +68,7 @@ PyMODINIT_FUNC PyInit_layout_checks(void)
 {
 	PyObject *m = PyModule_Create(&module_def);
 	absent = PyUnicode_InternFromString("<absent>");
-	if (m == NULL || absent == NULL)
+	if (m == NULL || absent == NULL || PyModule_AddIntConstant(m, "KNOWN_LAYOUT", KNOWN_LAYOUT))
 		return NULL;
 	Py_INCREF(absent);
 	if (PyModule_AddObject(m, "ABSENT", absent)) {
