@@ -17,6 +17,10 @@
  * Else the generic lookup, which refills it. A store goes there too where the type has
  * no __setattr__ (3.11; 3.12 and 3.13 store through the generic path).
  *
+ * A threading.Lock's state (lock_state): the field its locked() returns, read in place
+ * (~90 instructions less than the call), where a lock taken and released at import left it
+ * as locked() said each time (lock_probe; the field moved within 3.13's releases).
+ *
  * A span's attribute dict, empty (dict_fill_empty): a copy of a model dict of the same
  * keys, its values replaced in place (PyDict_Update clones a dict's keys into an empty
  * one in one pass; inserting costs ~220 instructions a key, replacing through
@@ -215,4 +219,69 @@ int dict_fill_empty(PyObject *dict, PyObject *model, PyObject *const *keys, PyOb
 #else
 	return 0;
 #endif
+}
+
+#if KNOWN_LAYOUT
+/* Where a lockobject keeps what locked() returns: 3.11, 3.12 and 3.13 before 3.13.x's
+ * PyMutex, `char locked` after the OS lock and the weak reference list; since, the PyMutex
+ * (its bit 0: locked). */
+static const struct lock_field {
+	size_t offset;
+	unsigned char mask;
+} lock_fields[] = {{sizeof(PyObject) + 2 * sizeof(void *), 0xff}, {sizeof(PyObject), 1}};
+static PyTypeObject *probed_lock_type; /* the type whose locks lock_state reads (NULL: none) */
+static struct lock_field lock_field;
+
+static inline int held_at(PyObject *lock, struct lock_field f)
+{
+	return (*((unsigned char *)lock + f.offset) & f.mask) != 0;
+}
+
+static int state_is(PyObject *lock, struct lock_field f, int held)
+{
+	PyObject *said = PyObject_CallMethod(lock, "locked", NULL);
+	int agree = said != NULL && (said == Py_True) == held && held_at(lock, f) == held;
+	Py_XDECREF(said);
+	return agree;
+}
+#endif
+
+int lock_probe(PyObject *lock)
+{
+#if KNOWN_LAYOUT
+	probed_lock_type = NULL;
+	for (size_t i = 0; i < sizeof(lock_fields) / sizeof(lock_fields[0]) && !probed_lock_type; i++) {
+		struct lock_field f = lock_fields[i];
+		if ((size_t)Py_TYPE(lock)->tp_basicsize <= f.offset || !state_is(lock, f, 0)) {
+			if (PyErr_Occurred())
+				return -1;
+			continue;
+		}
+		PyObject *r = PyObject_CallMethod(lock, "acquire", NULL);
+		Py_XDECREF(r);
+		int held = r != NULL && state_is(lock, f, 1);
+		r = r != NULL ? PyObject_CallMethod(lock, "release", NULL) : NULL;
+		Py_XDECREF(r);
+		if (r == NULL)
+			return -1;
+		if (held && state_is(lock, f, 0)) {
+			lock_field = f;
+			probed_lock_type = Py_TYPE(lock);
+		}
+		if (PyErr_Occurred())
+			return -1;
+	}
+	return probed_lock_type != NULL;
+#else
+	return 0;
+#endif
+}
+
+int lock_state(PyObject *lock)
+{
+#if KNOWN_LAYOUT
+	if (Py_TYPE(lock) == probed_lock_type)
+		return held_at(lock, lock_field);
+#endif
+	return -1;
 }

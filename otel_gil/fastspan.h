@@ -200,6 +200,12 @@ HIDDEN int store_attr(PyObject *obj, PyObject *name, PyObject *value);
 HIDDEN int dict_fill_empty(PyObject *dict, PyObject *model, PyObject *const *keys, PyObject *const *values,
 			   Py_ssize_t n);
 
+/* Read lock's state (a lock of lock's type) in place from now on, if its layout proves what this
+ * CPython's is (acquired and released here): 1, else 0; -1 with an error set. */
+HIDDEN int lock_probe(PyObject *lock);
+/* Whether a lock of the probed type is held (1) or not (0), as its locked() says; -1: another type. */
+HIDDEN int lock_state(PyObject *lock);
+
 /* tp_descr_get of a method that takes a class's method's place (Py_TPFLAGS_METHOD_DESCRIPTOR):
  * bound to an instance, itself on the class. */
 static inline PyObject *bind_method(PyObject *self, PyObject *obj, PyObject *type)

@@ -225,6 +225,30 @@ def case_an_empty_dict_filled_from_a_model_is_what_inserting_in_order_leaves():
     assert checks.fill_empty({}, model, other, tuple(range(5))) == 0
 
 
+def case_a_locks_state_read_in_place_is_what_locked_says():
+    import _thread
+    import threading
+
+    assert checks.lock_probe(_thread.allocate_lock()) == checks.KNOWN_LAYOUT
+    locks = [threading.Lock() for _ in range(3)]
+    for round in range(2):
+        for i, lock in enumerate(locks):
+            if (i + round) % 2:
+                lock.acquire()
+            state = checks.lock_state(lock)
+            assert state == (int(lock.locked()) if checks.KNOWN_LAYOUT else -1), (round, i, state)
+            if lock.locked():
+                lock.release()
+    taken = threading.Event()
+    lock = threading.Lock()
+    threading.Thread(target=lambda: (lock.acquire(), taken.set())).start()  # held by another thread
+    assert taken.wait(10)
+    assert checks.lock_state(lock) == (1 if checks.KNOWN_LAYOUT else -1)
+    lock.release()
+    assert checks.lock_state(lock) == (0 if checks.KNOWN_LAYOUT else -1)
+    assert checks.lock_state(threading.RLock()) == -1  # another type: the caller asks locked()
+
+
 def main() -> None:
     global checks
     spec = importlib.util.spec_from_file_location("layout_checks", sys.argv[1])

@@ -51,7 +51,20 @@ static PyObject *checks_cached(PyObject *module, PyObject *args)
 #endif
 }
 
+static PyObject *checks_lock_probe(PyObject *module, PyObject *lock)
+{
+	int rc = lock_probe(lock);
+	return rc < 0 ? NULL : PyLong_FromLong(rc);
+}
+
+static PyObject *checks_lock_state(PyObject *module, PyObject *lock)
+{
+	return PyLong_FromLong(lock_state(lock));
+}
+
 static PyMethodDef methods[] = {
+	{"lock_probe", checks_lock_probe, METH_O, "lock_probe(lock): 1 if lock_state reads locks of its type in place."},
+	{"lock_state", checks_lock_state, METH_O, "lock_state(lock): 1 held, 0 free, -1 not read in place."},
 	{"cached", checks_cached, METH_VARARGS,
 	 "cached(obj, name): lookup(obj, name) reads it through the type's layout (name: an interned str)."},
 	{"fill_empty", checks_fill_empty, METH_VARARGS,
