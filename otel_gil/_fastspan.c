@@ -189,7 +189,6 @@ static int Hooks_clear(Hooks *self)
 	Py_CLEAR(self->server_kind);
 	Py_CLEAR(self->ratios);
 	Py_CLEAR(self->threading);
-	Py_CLEAR(self->end_time_kwnames);
 	Py_CLEAR(self->state);
 	Py_CLEAR(self->ring);
 	return 0;
@@ -233,9 +232,6 @@ static int Hooks_init(Hooks *self, PyObject *args, PyObject *kwds)
 		else
 			Py_XDECREF(counter);
 	}
-	self->end_time_kwnames = PyTuple_Pack(1, s_end_time_kw);
-	if (self->end_time_kwnames == NULL)
-		return -1;
 	self->seen_forks = forks;
 	self->enabled = 1;
 	self->every = every;
@@ -515,10 +511,8 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 
 static long long as_ns(PyObject *value, int *ok)
 {
-	long long ns = value ? PyLong_AsLong(value) : -1; /* LP64: as wide, and quicker for 3-digit ints */
-	*ok = value != NULL && !PyErr_Occurred();
-	clear_error();
-	return ns;
+	*ok = 0;
+	return value ? long_value(value, ok) : -1; /* LP64: as wide as long long */
 }
 
 /* ---------------------------------------------------------------- SpanMethod */
@@ -640,7 +634,8 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 	PyObject *call[2] = {span, PyLong_FromLongLong(end_ns)};
 	if (call[1] == NULL)
 		return NULL;
-	PyObject *result = PyObject_Vectorcall(self->original, call, 1, hooks->end_time_kwnames);
+	/* end(self, end_time) by position: no keyword for the callee to match */
+	PyObject *result = PyObject_Vectorcall(self->original, call, 2, NULL);
 	Py_DECREF(call[1]);
 	return result;
 }

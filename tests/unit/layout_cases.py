@@ -249,6 +249,19 @@ def case_a_locks_state_read_in_place_is_what_locked_says():
     assert checks.lock_state(threading.RLock()) == -1  # another type: the caller asks locked()
 
 
+def case_an_ints_value_read_from_its_digits_is_what_pylong_aslong_gives():
+    class Int(int):
+        pass
+
+    edges = [0, 1, 7, 2**30 - 1, 2**30, 2**60 - 1, 2**60, 2**62, 2**63 - 1, 1_800_000_000_000_000_000]
+    for value in [*edges, *(-v for v in edges), -(2**63), True, Int(5), 10**30]:
+        fits = isinstance(value, int) and -(2**63) <= value < 2**63
+        expected = int(value) if fits else checks.ABSENT
+        assert checks.long_value(value) == expected, value
+    for other in (2**63, -(2**63) - 1, 2**64, None, "1"):
+        assert checks.long_value(other) is checks.ABSENT, other
+
+
 def main() -> None:
     global checks
     spec = importlib.util.spec_from_file_location("layout_checks", sys.argv[1])

@@ -62,7 +62,20 @@ static PyObject *checks_lock_state(PyObject *module, PyObject *lock)
 	return PyLong_FromLong(lock_state(lock));
 }
 
+static PyObject *checks_long_value(PyObject *module, PyObject *v)
+{
+	int ok;
+	long value = long_value(v, &ok);
+	if (PyErr_Occurred())
+		return NULL;
+	if (ok)
+		return PyLong_FromLong(value);
+	Py_INCREF(absent);
+	return absent;
+}
+
 static PyMethodDef methods[] = {
+	{"long_value", checks_long_value, METH_O, "long_value(v): v as a C long, ABSENT where PyLong_AsLong fails."},
 	{"lock_probe", checks_lock_probe, METH_O, "lock_probe(lock): 1 if lock_state reads locks of its type in place."},
 	{"lock_state", checks_lock_state, METH_O, "lock_state(lock): 1 held, 0 free, -1 not read in place."},
 	{"cached", checks_cached, METH_VARARGS,
