@@ -15,7 +15,7 @@
  * tagged as values; 3.13, inline values after the object, marked valid (a dict made by
  * vars() shares them while it can). As CPython's own LOAD_ATTR_INSTANCE_VALUE checks.
  * Else the generic lookup, which refills it. A store goes there too where the type has
- * no __setattr__ (3.11; 3.12 and 3.13 store through the generic path).
+ * no __setattr__ (3.13: and no dict was made of the values).
  *
  * A threading.Lock's state (lock_state): the field its locked() returns, read in place
  * (~90 instructions less than the call), where a lock taken and released at import left it
@@ -180,12 +180,16 @@ PyObject *lookup(PyObject *obj, PyObject *name)
 
 int store_attr(PyObject *obj, PyObject *name, PyObject *value)
 {
-#if PY_3_11_ONLY
+#if KNOWN_LAYOUT
 	PyTypeObject *type = Py_TYPE(obj);
 	const struct entry *e = entry_of(type, name);
 	PyDictValues *values = values_at(obj, type, e);
+#if PY_3_13_ONLY
+	if (*(((PyObject **)obj) - 3) != NULL) /* a dict made of its values (vars()): it is told of a change */
+		values = NULL;
+#endif
 	if (values != NULL && e->index >= 0 && type->tp_setattro == PyObject_GenericSetAttr) {
-		/* as 3.11's _PyObject_StoreInstanceAttribute with the name's index known */
+		/* as CPython's STORE_ATTR_INSTANCE_VALUE with the name's index known */
 		PyObject *old = values->values[e->index];
 		Py_INCREF(value);
 		values->values[e->index] = value;

@@ -174,6 +174,14 @@ def case_stores_leave_what_setattr_leaves():
         checks.store(span, sys.intern("_late"), 2)
         checks.store(span, name, 3)  # replaced: stays where it was in the order
         assert vars(span) == {"_name": "op", name: 3, "_late": 2} and list(vars(span)) == ["_name", name, "_late"]
+    later = sys.intern("_later")
+    checks.store(Span(), later, 0)  # the type's keys take it
+    same(first, later)  # (its index cached)
+    made = vars(first)  # 3.13: a dict of the values, which must see the stores
+    checks.store(first, name, 7)
+    checks.store(first, later, 8)
+    assert made == {"_name": "op", name: 7, "_late": 2, later: 8} and len(made) == 4, made
+    assert list(made) == ["_name", name, "_late", later] and first._later == 8
     Span._otel_gil_start = property(lambda self: "class", lambda self, value: setattr(self, "_set", value))
     checks.store(second, name, 4)  # a data descriptor takes the store
     assert second._set == 4 and second._otel_gil_start == "class"
