@@ -41,6 +41,11 @@ static PyObject *k_thread_name, *k_thread_id, *k_wait_ms, *k_hold_ms, *k_wait_ra
 
 /* ---------------------------------------------------------------- Start */
 
+/* Starts kept for the next spans (as CPython keeps floats): a span's Start without the allocator. */
+#define FREE_STARTS 32
+static Start *free_starts[FREE_STARTS];
+static int nfree_starts;
+
 static void Start_dealloc(Start *self)
 {
 	Py_XDECREF(self->name);
@@ -50,7 +55,18 @@ static void Start_dealloc(Start *self)
 	Py_XDECREF(self->ring);
 	Py_XDECREF(self->metrics);
 	Py_XDECREF(self->status);
-	Py_TYPE(self)->tp_free((PyObject *)self);
+	if (nfree_starts < FREE_STARTS)
+		free_starts[nfree_starts++] = self;
+	else
+		Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* A new Start, its fields unset. */
+static Start *new_start(void)
+{
+	if (nfree_starts == 0)
+		return PyObject_New(Start, &StartType);
+	return (Start *)PyObject_Init((PyObject *)free_starts[--nfree_starts], &StartType);
 }
 
 static PyObject *Start_counters(Start *self, void *closure)
@@ -174,7 +190,6 @@ static int Hooks_clear(Hooks *self)
 	Py_CLEAR(self->server_kind);
 	Py_CLEAR(self->ratios);
 	Py_CLEAR(self->threading);
-	Py_CLEAR(self->end_time_kwnames);
 	Py_CLEAR(self->state);
 	Py_CLEAR(self->ring);
 	return 0;
@@ -218,9 +233,6 @@ static int Hooks_init(Hooks *self, PyObject *args, PyObject *kwds)
 		else
 			Py_XDECREF(counter);
 	}
-	self->end_time_kwnames = PyTuple_Pack(1, s_end_time_kw);
-	if (self->end_time_kwnames == NULL)
-		return -1;
 	self->seen_forks = forks;
 	self->enabled = 1;
 	self->every = every;
@@ -301,7 +313,7 @@ static PyObject *snapshot_onto(Hooks *self, PyObject *span)
 		clear_error();
 		return PyObject_CallOneArg(self->py_on_start, span);
 	}
-	Start *start = PyObject_New(Start, &StartType);
+	Start *start = new_start();
 	if (start == NULL) {
 		Py_DECREF(ring);
 		clear_error();
@@ -345,11 +357,12 @@ static PyObject *snapshot_onto(Hooks *self, PyObject *span)
 static int lock_free(PyObject *span)
 {
 	PyObject *lock = lookup(span, s_lock), *locked = NULL;
-	if (lock != NULL && Py_IS_TYPE(lock, lock_type))
+	int state = lock != NULL ? lock_state(lock) : -1; /* (cpython_layouts.c: in place) */
+	if (state < 0 && lock != NULL && Py_IS_TYPE(lock, lock_type))
 		locked = PyObject_Vectorcall(lock_locked, &lock, 1, NULL);
 	Py_XDECREF(lock);
 	Py_XDECREF(locked);
-	return locked == Py_False;
+	return state == 0 || locked == Py_False;
 }
 
 /* The span's attribute dict (a new reference) if our values may go straight in, as
@@ -515,10 +528,8 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 
 static long long as_ns(PyObject *value, int *ok)
 {
-	long long ns = value ? PyLong_AsLong(value) : -1; /* LP64: as wide, and quicker for 3-digit ints */
-	*ok = value != NULL && !PyErr_Occurred();
-	clear_error();
-	return ns;
+	*ok = 0;
+	return value ? long_value(value, ok) : -1; /* LP64: as wide as long long */
 }
 
 /* ---------------------------------------------------------------- SpanMethod */
@@ -642,7 +653,8 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 	PyObject *call[2] = {span, PyLong_FromLongLong(end_ns)};
 	if (call[1] == NULL)
 		return NULL;
-	PyObject *result = PyObject_Vectorcall(self->original, call, 1, hooks->end_time_kwnames);
+	/* end(self, end_time) by position: no keyword for the callee to match */
+	PyObject *result = PyObject_Vectorcall(self->original, call, 2, NULL);
 	Py_DECREF(call[1]);
 	return result;
 }
@@ -899,12 +911,17 @@ static int intern_all(void)
 			return -1;
 	PyObject *thread = PyImport_ImportModule("_thread");
 	lock_type = thread ? (PyTypeObject *)PyObject_GetAttrString(thread, "LockType") : NULL;
-	Py_XDECREF(thread);
 	if (lock_type != NULL && !PyType_Check(lock_type)) {
 		Py_CLEAR(lock_type);
 		PyErr_SetString(PyExc_TypeError, "_thread.LockType is not a type");
 	}
 	lock_locked = lock_type ? PyObject_GetAttrString((PyObject *)lock_type, "locked") : NULL;
+	PyObject *probe = lock_locked ? PyObject_CallMethod(thread, "allocate_lock", NULL) : NULL;
+	int probed = probe == NULL ? -1 : Py_IS_TYPE(probe, lock_type) ? lock_probe(probe) : 0;
+	Py_XDECREF(thread);
+	Py_XDECREF(probe);
+	if (probed < 0)
+		return -1;
 	for (size_t i = 0; i < KEY_SETS; i++)
 		if ((key_sets[i] = PyDict_New()) == NULL)
 			return -1;

@@ -1,6 +1,6 @@
 /* The span hooks' reads and writes through CPython's own layouts, where the generic path
- * costs more than the rest of a span's figures: 3.11 only (its internal headers; 3.12's
- * and 3.13's layouts differ: they take the generic path).
+ * costs more than the rest of a span's figures: 3.11, 3.12 and 3.13, each its own (their
+ * internal headers); other versions take the generic path.
  *
  * Instance attributes (lookup, store_attr): the SDK span's, its BoundedAttributes', the
  * registration's, the thread's. A read through PyObject_GetAttr looks the name up in the
@@ -9,9 +9,20 @@
  * index in the shared keys, taken where the type has no attribute of that name (nothing
  * in the class can shadow the instance's value, nor stand in for it when absent) and no
  * __getattribute__ or __getattr__ of its own; valid while the type's version tag is the
- * same (CPython gives a type a new one on any change of it or its bases) and the
- * instance's values are there (not moved into a dict of its own). Else the generic
- * lookup, which refills it. A store goes there too where the type has no __setattr__.
+ * same (CPython gives a type a new one on any change of it or its bases), its shared keys
+ * are the same object, and the instance's values are there: 3.11, a values pointer (NULL
+ * once they moved into a dict of the instance's own); 3.12, the dict-or-values pointer
+ * tagged as values; 3.13, inline values after the object, marked valid (a dict made by
+ * vars() shares them while it can). As CPython's own LOAD_ATTR_INSTANCE_VALUE checks.
+ * Else the generic lookup, which refills it. A store goes there too where the type has
+ * no __setattr__ (3.13: and no dict was made of the values).
+ *
+ * A threading.Lock's state (lock_state): the field its locked() returns, read in place
+ * (~90 instructions less than the call), where a lock taken and released at import left it
+ * as locked() said each time (lock_probe; the field moved within 3.13's releases).
+ *
+ * An int's value (long_value): from its 30-bit digits, up to three (a time in ns has three;
+ * PyLong_AsLong takes ~75 instructions to find it).
  *
  * A span's attribute dict, empty (dict_fill_empty): a copy of a model dict of the same
  * keys, its values replaced in place (PyDict_Update clones a dict's keys into an empty
@@ -20,15 +31,32 @@
  */
 #include "fastspan.h"
 
-#if PY_3_11_ONLY
+#define KNOWN_LAYOUT (PY_3_11_ONLY || PY_3_12_ONLY || PY_3_13_ONLY)
+
+#if KNOWN_LAYOUT
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations" /* (the header's inline functions read ma_version_tag) */
+#undef _PyGC_FINALIZED /* (3.12: Python.h's macro would rename pycore_gc.h's function) */
 #define Py_BUILD_CORE
 #include "internal/pycore_dict.h"
 #undef Py_BUILD_CORE
+#pragma GCC diagnostic pop
 
-/* internal/pycore_object.h's (which does not build outside CPython): where the values are. */
-static inline PyDictValues **values_pointer(PyObject *obj)
+/* obj's values, if its attributes are there (type: a type of managed dict), else NULL; as
+ * internal/pycore_object.h (which does not build outside CPython) finds them. */
+static inline PyDictValues *values_of(PyObject *obj, PyTypeObject *type)
 {
-	return ((PyDictValues **)obj) - 4;
+#if PY_3_11_ONLY
+	return *(((PyDictValues **)obj) - 4);
+#elif PY_3_12_ONLY
+	uintptr_t dorv = *(((uintptr_t *)obj) - 3); /* _PyObject_DictOrValuesPointer: values + 1 is tagged */
+	return dorv & 1 ? (PyDictValues *)(dorv + 1) : NULL;
+#else
+	if (!(type->tp_flags & Py_TPFLAGS_INLINE_VALUES) || type->tp_basicsize != sizeof(PyObject))
+		return NULL;
+	PyDictValues *values = (PyDictValues *)((char *)obj + sizeof(PyObject)); /* _PyObject_InlineValues */
+	return values->valid ? values : NULL;
+#endif
 }
 
 #define SLOTS 256 /* a power of 2: the hooks read some 20 names of 5 types */
@@ -65,8 +93,8 @@ static inline struct entry *entry_of(PyTypeObject *type, PyObject *name)
 /* The type's shared keys if obj's attributes may be read through them (its values), else NULL. */
 static inline PyDictKeysObject *shared_keys(PyObject *obj, PyTypeObject *type)
 {
-	if (!(type->tp_flags & Py_TPFLAGS_MANAGED_DICT) || !(type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) ||
-	    type->tp_getattro != PyObject_GenericGetAttr || *values_pointer(obj) == NULL)
+	if (!(type->tp_flags & Py_TPFLAGS_MANAGED_DICT) || type->tp_version_tag == 0 || /* (0: none, or changed) */
+	    type->tp_getattro != PyObject_GenericGetAttr || values_of(obj, type) == NULL)
 		return NULL;
 	PyDictKeysObject *keys = ((PyHeapTypeObject *)type)->ht_cached_keys;
 	return keys != NULL && keys->dk_kind == DICT_KEYS_SPLIT ? keys : NULL;
@@ -77,8 +105,14 @@ static inline PyDictValues *values_at(PyObject *obj, PyTypeObject *type, const s
 {
 	if (e == NULL || e->version != type->tp_version_tag) /* 0 after any change of the type: never cached */
 		return NULL;
-	PyDictValues *values = *values_pointer(obj); /* (a type of managed dict: its version says it is the same) */
-	return values != NULL && ((PyHeapTypeObject *)type)->ht_cached_keys == e->keys ? values : NULL;
+	PyDictValues *values = values_of(obj, type); /* (a type of managed dict: its version says it is the same) */
+	if (values == NULL || ((PyHeapTypeObject *)type)->ht_cached_keys != e->keys)
+		return NULL;
+#if PY_3_13_ONLY
+	if (e->index >= values->capacity) /* (3.11, 3.12: values as long as the keys, the same object) */
+		return NULL;
+#endif
+	return values;
 }
 
 /* Remember where name is for type's instances, if nothing in the type has that name. */
@@ -109,9 +143,25 @@ static void fill(PyObject *obj, PyObject *name)
 }
 #endif
 
+/* lookup's generic path, which refills the cache (apart: the cache's path then saves no registers). */
+static __attribute__((noinline)) PyObject *lookup_generic(PyObject *obj, PyObject *name)
+{
+	PyObject *value = NULL;
+#if PY_3_13_OR_LATER
+	PyObject_GetOptionalAttr(obj, name, &value);
+#else
+	_PyObject_LookupAttr(obj, name, &value);
+#endif
+#if KNOWN_LAYOUT
+	if (!PyErr_Occurred())
+		fill(obj, name);
+#endif
+	return value;
+}
+
 PyObject *lookup(PyObject *obj, PyObject *name)
 {
-#if PY_3_11_ONLY
+#if KNOWN_LAYOUT
 	PyTypeObject *type = Py_TYPE(obj);
 	const struct entry *e = entry_of(type, name);
 	PyDictValues *values = values_at(obj, type, e);
@@ -125,27 +175,21 @@ PyObject *lookup(PyObject *obj, PyObject *name)
 			return NULL; /* no instance of the type has it: obj neither */
 	}
 #endif
-	PyObject *value = NULL;
-#if PY_3_13_OR_LATER
-	PyObject_GetOptionalAttr(obj, name, &value);
-#else
-	_PyObject_LookupAttr(obj, name, &value);
-#endif
-#if PY_3_11_ONLY
-	if (!PyErr_Occurred())
-		fill(obj, name);
-#endif
-	return value;
+	return lookup_generic(obj, name);
 }
 
 int store_attr(PyObject *obj, PyObject *name, PyObject *value)
 {
-#if PY_3_11_ONLY
+#if KNOWN_LAYOUT
 	PyTypeObject *type = Py_TYPE(obj);
 	const struct entry *e = entry_of(type, name);
 	PyDictValues *values = values_at(obj, type, e);
+#if PY_3_13_ONLY
+	if (*(((PyObject **)obj) - 3) != NULL) /* a dict made of its values (vars()): it is told of a change */
+		values = NULL;
+#endif
 	if (values != NULL && e->index >= 0 && type->tp_setattro == PyObject_GenericSetAttr) {
-		/* as 3.11's _PyObject_StoreInstanceAttribute with the name's index known */
+		/* as CPython's STORE_ATTR_INSTANCE_VALUE with the name's index known */
 		PyObject *old = values->values[e->index];
 		Py_INCREF(value);
 		values->values[e->index] = value;
@@ -161,7 +205,7 @@ int store_attr(PyObject *obj, PyObject *name, PyObject *value)
 
 int dict_fill_empty(PyObject *dict, PyObject *model, PyObject *const *keys, PyObject *const *values, Py_ssize_t n)
 {
-#if PY_3_11_ONLY
+#if KNOWN_LAYOUT
 	PyDictObject *mp = (PyDictObject *)model;
 	if (mp->ma_used == 0) {
 		for (Py_ssize_t i = 0; i < n; i++)
@@ -188,4 +232,96 @@ int dict_fill_empty(PyObject *dict, PyObject *model, PyObject *const *keys, PyOb
 #else
 	return 0;
 #endif
+}
+
+#if KNOWN_LAYOUT
+/* Where a lockobject keeps what locked() returns: 3.11, 3.12 and 3.13 before 3.13.x's
+ * PyMutex, `char locked` after the OS lock and the weak reference list; since, the PyMutex
+ * (its bit 0: locked). */
+static const struct lock_field {
+	size_t offset;
+	unsigned char mask;
+} lock_fields[] = {{sizeof(PyObject) + 2 * sizeof(void *), 0xff}, {sizeof(PyObject), 1}};
+static PyTypeObject *probed_lock_type; /* the type whose locks lock_state reads (NULL: none) */
+static struct lock_field lock_field;
+
+static inline int held_at(PyObject *lock, struct lock_field f)
+{
+	return (*((unsigned char *)lock + f.offset) & f.mask) != 0;
+}
+
+static int state_is(PyObject *lock, struct lock_field f, int held)
+{
+	PyObject *said = PyObject_CallMethod(lock, "locked", NULL);
+	int agree = said != NULL && (said == Py_True) == held && held_at(lock, f) == held;
+	Py_XDECREF(said);
+	return agree;
+}
+#endif
+
+int lock_probe(PyObject *lock)
+{
+#if KNOWN_LAYOUT
+	probed_lock_type = NULL;
+	for (size_t i = 0; i < sizeof(lock_fields) / sizeof(lock_fields[0]) && !probed_lock_type; i++) {
+		struct lock_field f = lock_fields[i];
+		if ((size_t)Py_TYPE(lock)->tp_basicsize <= f.offset || !state_is(lock, f, 0)) {
+			if (PyErr_Occurred())
+				return -1;
+			continue;
+		}
+		PyObject *r = PyObject_CallMethod(lock, "acquire", NULL);
+		Py_XDECREF(r);
+		int held = r != NULL && state_is(lock, f, 1);
+		r = r != NULL ? PyObject_CallMethod(lock, "release", NULL) : NULL;
+		Py_XDECREF(r);
+		if (r == NULL)
+			return -1;
+		if (held && state_is(lock, f, 0)) {
+			lock_field = f;
+			probed_lock_type = Py_TYPE(lock);
+		}
+		if (PyErr_Occurred())
+			return -1;
+	}
+	return probed_lock_type != NULL;
+#else
+	return 0;
+#endif
+}
+
+int lock_state(PyObject *lock)
+{
+#if KNOWN_LAYOUT
+	if (Py_TYPE(lock) == probed_lock_type)
+		return held_at(lock, lock_field);
+#endif
+	return -1;
+}
+
+long long_value(PyObject *v, int *ok)
+{
+#if KNOWN_LAYOUT && PyLong_SHIFT == 30
+	if (PyLong_CheckExact(v)) {
+#if PY_3_11_ONLY
+		Py_ssize_t size = Py_SIZE(v), n = size < 0 ? -size : size;
+		int negative = size < 0;
+		const digit *d = ((PyLongObject *)v)->ob_digit;
+#else
+		uintptr_t tag = ((PyLongObject *)v)->long_value.lv_tag;
+		Py_ssize_t n = (Py_ssize_t)(tag >> _PyLong_NON_SIZE_BITS);
+		int negative = (tag & _PyLong_SIGN_MASK) == 2;
+		const digit *d = ((PyLongObject *)v)->long_value.ob_digit;
+#endif
+		if (n <= 3 && (n < 3 || d[2] < 8)) { /* at most 63 bits */
+			uint64_t u = (n > 0 ? d[0] : 0) | (n > 1 ? (uint64_t)d[1] << 30 : 0) | (n > 2 ? (uint64_t)d[2] << 60 : 0);
+			*ok = 1;
+			return negative ? -(long)u : (long)u;
+		}
+	}
+#endif
+	long value = PyLong_AsLong(v);
+	*ok = !PyErr_Occurred();
+	clear_error();
+	return value;
 }

@@ -94,7 +94,6 @@ typedef struct {
 	PyObject *server_kind; /* SpanKind.SERVER: only server spans feed the metrics */
 	RatioCounter *ratios;  /* the metrics' counter, where it is this module's; else NULL: py_server counts */
 	PyObject *threading;
-	PyObject *end_time_kwnames; /* ("end_time",) */
 	PyObject *state;       /* the registration's state (client.State) last seen registered, with that ring */
 	PyObject *ring;        /* the ring the cached fields below describe */
 	const char *base;
@@ -199,6 +198,14 @@ HIDDEN int store_attr(PyObject *obj, PyObject *name, PyObject *value);
  * allows no such shortcut (the caller inserts them); -1 with an error set. */
 HIDDEN int dict_fill_empty(PyObject *dict, PyObject *model, PyObject *const *keys, PyObject *const *values,
 			   Py_ssize_t n);
+
+/* PyLong_AsLong(v), *ok 1; or *ok 0 where that fails (no error left set). */
+HIDDEN long long_value(PyObject *v, int *ok);
+/* Read lock's state (a lock of lock's type) in place from now on, if its layout proves what this
+ * CPython's is (acquired and released here): 1, else 0; -1 with an error set. */
+HIDDEN int lock_probe(PyObject *lock);
+/* Whether a lock of the probed type is held (1) or not (0), as its locked() says; -1: another type. */
+HIDDEN int lock_state(PyObject *lock);
 
 /* tp_descr_get of a method that takes a class's method's place (Py_TPFLAGS_METHOD_DESCRIPTOR):
  * bound to an instance, itself on the class. */

@@ -10,6 +10,10 @@
 #define PY_3_10_OR_LATER (PY_VERSION_HEX >= 0x030A0000)
 /* Instance attributes in the values of the type's shared keys (cpython_layouts.c reads them there). */
 #define PY_3_11_ONLY (PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000)
+/* Instance attributes behind a tagged dict-or-values pointer (cpython_layouts.c). */
+#define PY_3_12_ONLY (PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000)
+/* Instance attributes inline after the object, while their values are valid (cpython_layouts.c). */
+#define PY_3_13_ONLY (PY_VERSION_HEX >= 0x030D0000 && PY_VERSION_HEX < 0x030E0000)
 /* PyType_GetDict: static builtin types keep their dict per interpreter. */
 #define PY_3_12_OR_LATER (PY_VERSION_HEX >= 0x030C0000)
 /* PyObject_GetOptionalAttr (before: _PyObject_LookupAttr). */

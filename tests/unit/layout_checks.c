@@ -1,7 +1,8 @@
 /* otel_gil/cpython_layouts.c's lookup, store_attr and dict_fill_empty, callable from Python:
- * the C side of tests/unit/test_cpython_layouts.py, which compiles this module with it (test-only).
+ * the C side of tests/unit/layout_cases.py, which test_cpython_layouts.py compiles for each
+ * interpreter (test-only). The file is included, not linked: cached() reads its cache.
  */
-#include "fastspan.h"
+#include "cpython_layouts.c"
 
 static PyObject *absent; /* what lookup_attr returns where lookup found nothing */
 
@@ -37,7 +38,48 @@ static PyObject *checks_fill_empty(PyObject *module, PyObject *args)
 	return rc < 0 ? NULL : PyLong_FromLong(rc);
 }
 
+/* Whether lookup(obj, name) answers from its cache, through the type's layout (no generic lookup). */
+static PyObject *checks_cached(PyObject *module, PyObject *args)
+{
+	PyObject *obj, *name;
+	if (!PyArg_ParseTuple(args, "OU", &obj, &name))
+		return NULL;
+#if KNOWN_LAYOUT
+	return PyBool_FromLong(values_at(obj, Py_TYPE(obj), entry_of(Py_TYPE(obj), name)) != NULL);
+#else
+	Py_RETURN_FALSE;
+#endif
+}
+
+static PyObject *checks_lock_probe(PyObject *module, PyObject *lock)
+{
+	int rc = lock_probe(lock);
+	return rc < 0 ? NULL : PyLong_FromLong(rc);
+}
+
+static PyObject *checks_lock_state(PyObject *module, PyObject *lock)
+{
+	return PyLong_FromLong(lock_state(lock));
+}
+
+static PyObject *checks_long_value(PyObject *module, PyObject *v)
+{
+	int ok;
+	long value = long_value(v, &ok);
+	if (PyErr_Occurred())
+		return NULL;
+	if (ok)
+		return PyLong_FromLong(value);
+	Py_INCREF(absent);
+	return absent;
+}
+
 static PyMethodDef methods[] = {
+	{"long_value", checks_long_value, METH_O, "long_value(v): v as a C long, ABSENT where PyLong_AsLong fails."},
+	{"lock_probe", checks_lock_probe, METH_O, "lock_probe(lock): 1 if lock_state reads locks of its type in place."},
+	{"lock_state", checks_lock_state, METH_O, "lock_state(lock): 1 held, 0 free, -1 not read in place."},
+	{"cached", checks_cached, METH_VARARGS,
+	 "cached(obj, name): lookup(obj, name) reads it through the type's layout (name: an interned str)."},
 	{"fill_empty", checks_fill_empty, METH_VARARGS,
 	 "fill_empty(dict, model, keys, values): dict_fill_empty's 1 (filled) or 0 (the caller inserts)."},
 	{"store", checks_store, METH_VARARGS, "store(obj, name, value): setattr(obj, name, value) as the C span hooks do."},
@@ -52,7 +94,7 @@ PyMODINIT_FUNC PyInit_layout_checks(void)
 {
 	PyObject *m = PyModule_Create(&module_def);
 	absent = PyUnicode_InternFromString("<absent>");
-	if (m == NULL || absent == NULL)
+	if (m == NULL || absent == NULL || PyModule_AddIntConstant(m, "KNOWN_LAYOUT", KNOWN_LAYOUT))
 		return NULL;
 	Py_INCREF(absent);
 	if (PyModule_AddObject(m, "ABSENT", absent)) {

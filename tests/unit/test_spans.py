@@ -5,6 +5,7 @@ from __future__ import annotations
 import _thread
 import logging
 import os
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -498,6 +499,41 @@ def test_figures_land_as_set_attributes_leaves_them(fast, limit):
     reference.set_attributes(written)
     assert list(span.attributes.items()) == list(reference.attributes.items())
     assert span.dropped_attributes == reference.dropped_attributes == (0 if limit is None else 2)
+
+
+WRITERS = {True: "set_attributes", False: "_set_attributes"}  # where the hooks wait for the span's lock
+
+
+def test_a_span_whose_lock_another_thread_holds_gets_its_figures_through_that_lock(fast):
+    """The figures go straight into the attribute dict only while nobody holds the span's lock (the
+    C hooks read the lock's state in place): with another thread in it, the span's end waits for
+    it in set_attributes (the Python hooks': in _set_attributes), and nothing is written before."""
+    ring = make_ring()
+    with hooked(FakeRegistration(ring), fast) as (tracer, _, exporter):
+        my_slot(ring)
+        span = tracer.start_span("x")
+        held, seen = threading.Event(), []
+        main = threading.get_ident()
+
+        def holder() -> None:
+            with span._lock:
+                held.set()
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:  # until the end waits for this lock in set_attributes
+                    frame = sys._current_frames().get(main)
+                    if frame is not None and frame.f_code.co_name == WRITERS[fast]:
+                        break
+                    time.sleep(0.001)
+                seen.append((frame.f_code.co_name, [k for k in span._attributes if k.startswith("gil.")]))
+
+        thread = threading.Thread(target=holder)
+        thread.start()
+        assert held.wait(10)
+        span.end()
+        thread.join()
+    assert seen == [(WRITERS[fast], [])]
+    (ended,) = exporter.get_finished_spans()
+    assert set(ALWAYS) <= set(ended.attributes), dict(ended.attributes)
 
 
 def test_a_shut_down_processor_adds_nothing(fast):
