@@ -8,6 +8,7 @@ backoff. Nothing here runs on a request's path; the span hooks only read
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import socket
@@ -37,13 +38,16 @@ def gil_enabled() -> bool:
     return True if is_enabled is None else bool(is_enabled())
 
 
+_generations = itertools.count(1)  # one sequence for every backend: a new one's first never equals an old one's
+
+
 class State(NamedTuple):
     """A backend's ring and what it means, replaced whole: one read gives a ring with its own status."""
 
     ring: Optional[Ring]  # None unless status is REGISTERED
     status: str  # REGISTERED, or the gil.status of spans (semconv.STATUSES)
     detail: str  # why, for the log
-    generation: int  # bumped at every change (in-process: also in a forked child): cached slot indexes expire
+    generation: int  # new at every change, unique in the process (in-process: also in a forked child): cached slot indexes expire
 
 
 class RingState:
@@ -56,7 +60,7 @@ class RingState:
         """Replace the state, in one assignment. The old ring is released only after it: a
         ring's release runs Python code (munmap through ctypes), so other threads run then."""
         old = self.state
-        self.state = State(ring, status, detail, old.generation + 1)
+        self.state = State(ring, status, detail, next(_generations))
         del old
 
 

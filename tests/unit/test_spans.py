@@ -636,6 +636,26 @@ def test_thread_names_follow_renames_and_threads_python_did_not_start(setup):
     assert kinds[1] is threading._DummyThread
 
 
+def test_a_new_registration_reads_its_own_ring_not_a_slot_found_in_the_last_ones(fast):
+    """A second registration in one process (``uninstrument()`` then ``instrument()``, a test's
+    fake) has a ring of its own: the slot index a thread found in the first ring is not used on
+    it (its first generation once equalled the first one's, and an index past the smaller ring's
+    end lost the span its figures: ``struct.error``)."""
+    tid = threading.get_native_id()
+    second = make_ring(16)  # 16 slots and the hold log: 1,169 entries
+    first = make_ring(next(n for n in range(1300, 4000) if tid % n >= ringlib.entries(16)))
+    slot_for(first, tid)  # at its home, tid % nslots: past all of the second ring
+    with hooked(FakeRegistration(first), fast) as (tracer, _, exporter):
+        tracer.start_span("first").end()
+    s = slot_for(second, tid)
+    with hooked(FakeRegistration(second), fast) as (tracer, _, exporter):
+        with tracer.start_as_current_span("second"):
+            s.hold_ns += 3_000_000
+            time.sleep(0.004)
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes.get(GIL_HOLD_MS) == 3.0, dict(span.attributes)
+
+
 def seen_both(exporter) -> bool:
     statuses = {s.attributes.get("gil.status") for s in exporter.get_finished_spans()}
     return None in statuses and NO_COLLECTOR in statuses
