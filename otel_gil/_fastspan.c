@@ -354,7 +354,7 @@ static PyObject *snapshot_onto(Hooks *self, PyObject *span)
  * on it takes it without the GIL) runs no code under it before the GIL comes back. The
  * span's attribute dict is written under that lock only (exporters and span.attributes see
  * a read-only view), so its own lock is free then. */
-static int lock_free(PyObject *span)
+int lock_free(PyObject *span)
 {
 	PyObject *lock = lookup(span, s_lock), *locked = NULL;
 	int state = lock != NULL ? lock_state(lock) : -1; /* (cpython_layouts.c: in place) */

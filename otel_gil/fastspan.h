@@ -190,6 +190,8 @@ static inline void clear_error(void)
 /* cpython_layouts.c: getattr(obj, name, NULL) without raising (and paying for) an AttributeError,
  * and where CPython allows, without the generic lookup. A new reference. */
 HIDDEN PyObject *lookup(PyObject *obj, PyObject *name);
+/* _fastspan.c: whether obj's `_lock` (a threading.Lock) is free, read in place where it can be. */
+HIDDEN int lock_free(PyObject *obj);
 /* setattr(obj, name, value) (value not NULL): 0, or -1 with an error set; where CPython allows, and a
  * lookup of that name on that type came first, without the generic store. */
 HIDDEN int store_attr(PyObject *obj, PyObject *name, PyObject *value);

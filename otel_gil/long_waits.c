@@ -21,7 +21,7 @@ static PyObject *wait_spans_dict, *handed_name, *closed; /* wait_spans' dict, _H
 static PyObject *threads_module, *wait_spans_module, *event_type, *bounded_type, *context_var, *span_key;
 static PyObject *s_end_time, *s_memory, *s_freed, *s_owners, *s_horizon, *s_since, *s_running, *s_ended, *s_ref, *s_ident,
 	*s_o_name, *s_t_ident, *s_t_name, *s_threshold, *s_events, *s_dq, *s_limits,
-	*s_max_event_attrs, *s_max_attr_len, *s_o_dict, *s_immutable, *s_append, *s_lock, *s_locked, *s_maxlen_dq;
+	*s_max_event_attrs, *s_max_attr_len, *s_o_dict, *s_immutable, *s_append, *s_lock, *s_maxlen_dq;
 static PyObject *k_wait_ms, *k_b_native, *k_b_id, *k_b_name, *k_b_hold, *k_bs_native, *k_bs_name, *k_bs_hold,
 	*k_bs_others, *k_b_function, *k_b_file, *k_b_line, *k_b_stack, *k_bs_unrecorded, *k_handoff, *k_forced,
 	*k_t_native, *k_t_id, *k_t_name, *k_t_hold, *k_t_function, *k_t_file, *k_t_line, *event_name;
@@ -81,7 +81,7 @@ static int init(void)
 		{&s_threshold, "threshold_ns"}, {&s_events, "_events"},
 		{&s_dq, "_dq"}, {&s_limits, "_limits"}, {&s_max_event_attrs, "max_event_attributes"},
 		{&s_max_attr_len, "max_attribute_length"}, {&s_o_dict, "_dict"}, {&s_immutable, "_immutable"},
-		{&s_append, "append"}, {&s_lock, "_lock"}, {&s_locked, "locked"}, {&s_maxlen_dq, "maxlen"},
+		{&s_append, "append"}, {&s_lock, "_lock"}, {&s_maxlen_dq, "maxlen"},
 	};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)
@@ -713,16 +713,6 @@ done:
 	return rc;
 }
 
-/* Whether `lock` is a lock nobody holds (with the GIL held and no Python code run: holding it). */
-static int free_lock(PyObject *owner_obj)
-{
-	PyObject *lock = lookup(owner_obj, s_lock);
-	PyObject *locked = lock ? PyObject_CallMethodNoArgs(lock, s_locked) : NULL;
-	Py_XDECREF(lock);
-	Py_XDECREF(locked);
-	return locked == Py_False;
-}
-
 void long_waits_commit(struct long_waits *lw, PyObject *span)
 {
 	if (lw->event != NULL) { /* span._add_event: under the span's lock, while it is not ended */
@@ -730,7 +720,7 @@ void long_waits_commit(struct long_waits *lw, PyObject *span)
 		PyObject *dq = events ? lookup(events, s_dq) : NULL;
 		PyObject *end = dq ? lookup(span, s_end_time) : NULL;
 		PyObject *maxlen = end ? PyObject_GetAttr(dq, s_maxlen_dq) : NULL;
-		if (maxlen != NULL && end == Py_None && free_lock(span) && free_lock(events)) {
+		if (maxlen != NULL && end == Py_None && lock_free(span) && lock_free(events)) {
 			int full = maxlen != Py_None && PyObject_Length(dq) >= PyLong_AsSsize_t(maxlen);
 			PyObject *r = full ? PyObject_CallMethodOneArg(events, s_append, lw->event) /* its dropped count */
 					   : PyObject_CallMethodOneArg(dq, s_append, lw->event);
