@@ -252,8 +252,10 @@ class Server:
         now = time.monotonic()
         for fd, pending in list(self._pending.items()):
             if now > pending.deadline:
-                log.warning("dropping a connection that sent no hello within %.0f s", HELLO_TIMEOUT_S)
-                self._close_pending(fd)
+                self._hello(pending.conn)  # a hello that came while the loop was busy (attaching) is served
+                if fd in self._pending:
+                    log.warning("dropping a connection that sent no hello within %.0f s", HELLO_TIMEOUT_S)
+                    self._close_pending(fd)
         if self._accept_paused_until and now > self._accept_paused_until:
             self._accept_paused_until = 0.0
             self._sel.register(self._listener, selectors.EVENT_READ, self._accept)

@@ -18,6 +18,11 @@ def _workers(master: int) -> dict[int, set[int]]:
     return {pid: {int(t) for t in os.listdir(f"/proc/{pid}/task")} for pid in pids}
 
 
+def _warnings(log: str) -> list[str]:
+    """A log's warnings and errors, for a failure's message."""
+    return [line for line in log.splitlines() if "WARNING" in line or "ERROR" in line or "no GIL figures" in line]
+
+
 @pytest.mark.parametrize("framework, server, preload, hooks", [
     ("flask", "sync", False, "c"), ("flask", "gthread", True, "c"), ("django", "gthread", False, "c"),
     ("flask", "gthread", False, "python"),
@@ -38,7 +43,8 @@ def test_every_worker_reports_figures(app, collector, backend, framework, server
         tags = span["tags"]
         if "gil.status" in tags:  # a worker forked from an instrumented master registers on its first span
             # (spans before say pending; one in flight meanwhile, collector_changed)
-            assert backend == "collector" and tags["gil.status"] in ("pending", "collector_changed"), tags
+            assert backend == "collector" and tags["gil.status"] in ("pending", "collector_changed"), \
+                (tags, _warnings(svc.log_text()), _warnings(collector.log_text()))
             pending += 1
             continue
         assert "gil.wait_ms" in tags, tags

@@ -58,3 +58,33 @@ def test_a_process_of_another_uid_is_alive_without_cap_kill(monkeypatch):
         raise PermissionError(1, "Operation not permitted")
     monkeypatch.setattr(server.signal, "pidfd_send_signal", refused)
     assert server._alive(-1)
+
+
+def test_a_hello_that_came_while_the_loop_was_busy_is_served_not_dropped(tmp_path, caplog):
+    """The loop attaches probes for one process while another's hello arrives: when it comes
+    back past that connection's hello deadline, the hello waiting in the socket is served
+    (a gunicorn worker got no_collector before); a connection that sent nothing is dropped."""
+    import socket
+    import types
+
+    from otel_gil import protocol
+    from otel_gil_collector.server import Server
+
+    server = Server(str(tmp_path / "gil.sock"), types.SimpleNamespace(finish_bootstrap=lambda: None, max_processes=8))
+    try:
+        talker, silent = (socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) for _ in range(2))
+        for client in (talker, silent):
+            client.settimeout(5)
+            client.connect(server.path)
+            server._accept(server._listener)
+        talker.send(b"garbage")  # read by the collector only at its next turn of the loop
+        for pending in server._pending.values():
+            pending.deadline = 0.0  # that turn comes after the deadline: the loop was busy
+        server._tick()
+        reply, _ = protocol.receive(talker)
+        assert reply["error"] == "bad_request", reply
+        assert silent.recv(64) == b"", "a connection that sent no hello is dropped"
+        assert "dropping a connection that sent no hello" in caplog.text
+        assert not server._pending
+    finally:
+        server.close()
