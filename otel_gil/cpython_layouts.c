@@ -21,8 +21,8 @@
  * (~90 instructions less than the call), where a lock taken and released at import left it
  * as locked() said each time (lock_probe; the field moved within 3.13's releases).
  *
- * An int's value (long_value): from its 30-bit digits, up to three (a time in ns has three;
- * PyLong_AsLong takes ~75 instructions to find it).
+ * An int's value (long_value, ulong_value): from its 30-bit digits, up to three (a time in ns
+ * and a span id have three; PyLong_AsLong takes ~75 instructions to find it).
  *
  * A span's attribute dict, empty (dict_fill_empty): a copy of a model dict of the same
  * keys, its values replaced in place (PyDict_Update clones a dict's keys into an empty
@@ -299,28 +299,56 @@ int lock_state(PyObject *lock)
 	return -1;
 }
 
+#if KNOWN_LAYOUT && PyLong_SHIFT == 30
+/* An exact int's magnitude (*u) and sign, where it has at most three digits below 2**64: 1, else 0. */
+static inline int digits_of(PyObject *v, uint64_t *u, int *negative)
+{
+	if (!PyLong_CheckExact(v))
+		return 0;
+#if PY_3_11_ONLY
+	Py_ssize_t size = Py_SIZE(v), n = size < 0 ? -size : size;
+	*negative = size < 0;
+	const digit *d = ((PyLongObject *)v)->ob_digit;
+#else
+	uintptr_t tag = ((PyLongObject *)v)->long_value.lv_tag;
+	Py_ssize_t n = (Py_ssize_t)(tag >> _PyLong_NON_SIZE_BITS);
+	*negative = (tag & _PyLong_SIGN_MASK) == 2;
+	const digit *d = ((PyLongObject *)v)->long_value.ob_digit;
+#endif
+	if (n > 3 || (n == 3 && d[2] >= 16))
+		return 0;
+	*u = (n > 0 ? d[0] : 0) | (n > 1 ? (uint64_t)d[1] << 30 : 0) | (n > 2 ? (uint64_t)d[2] << 60 : 0);
+	return 1;
+}
+#endif
+
 long long_value(PyObject *v, int *ok)
 {
 #if KNOWN_LAYOUT && PyLong_SHIFT == 30
-	if (PyLong_CheckExact(v)) {
-#if PY_3_11_ONLY
-		Py_ssize_t size = Py_SIZE(v), n = size < 0 ? -size : size;
-		int negative = size < 0;
-		const digit *d = ((PyLongObject *)v)->ob_digit;
-#else
-		uintptr_t tag = ((PyLongObject *)v)->long_value.lv_tag;
-		Py_ssize_t n = (Py_ssize_t)(tag >> _PyLong_NON_SIZE_BITS);
-		int negative = (tag & _PyLong_SIGN_MASK) == 2;
-		const digit *d = ((PyLongObject *)v)->long_value.ob_digit;
-#endif
-		if (n <= 3 && (n < 3 || d[2] < 8)) { /* at most 63 bits */
-			uint64_t u = (n > 0 ? d[0] : 0) | (n > 1 ? (uint64_t)d[1] << 30 : 0) | (n > 2 ? (uint64_t)d[2] << 60 : 0);
-			*ok = 1;
-			return negative ? -(long)u : (long)u;
-		}
+	uint64_t u;
+	int negative;
+	if (digits_of(v, &u, &negative) && u <= (uint64_t)LONG_MAX) {
+		*ok = 1;
+		return negative ? -(long)u : (long)u;
 	}
 #endif
 	long value = PyLong_AsLong(v);
+	*ok = !PyErr_Occurred();
+	clear_error();
+	return value;
+}
+
+unsigned long ulong_value(PyObject *v, int *ok)
+{
+#if KNOWN_LAYOUT && PyLong_SHIFT == 30
+	uint64_t u;
+	int negative;
+	if (digits_of(v, &u, &negative) && (!negative || u == 0)) {
+		*ok = 1;
+		return u;
+	}
+#endif
+	unsigned long value = PyLong_AsUnsignedLong(v);
 	*ok = !PyErr_Occurred();
 	clear_error();
 	return value;
