@@ -278,7 +278,7 @@ static uint64_t span_id_of(PyObject *span_context)
 /* The tracked Start of the span's local parent (a new reference), or NULL. */
 static Start *parent_of(Charges *tc, PyObject *span)
 {
-	PyObject *parent = lookup(span, s_parent);
+	PyObject *parent = LOOKUP(span, s_parent);
 	uint64_t id = span_id_of(parent);
 	int remote = id && PyObject_IsTrue(PyTuple_GET_ITEM(parent, 2)) == 1;
 	Py_XDECREF(parent);
@@ -350,7 +350,7 @@ void context_start(Hooks *hooks, Start *start, PyObject *span)
 		check_unseen(tc);
 		charge(tc, &start->counters);
 	}
-	PyObject *ctx = lookup(span, s_context), *name = lookup(span, s_name);
+	PyObject *ctx = LOOKUP(span, s_context), *name = LOOKUP(span, s_name);
 	start->span_id = span_id_of(ctx);
 	start->name = name;
 	Py_XDECREF(ctx);
@@ -409,7 +409,7 @@ uint64_t context_end(Start *start, PyObject *span)
 		Py_CLEAR(start->prev_running);
 		return 0;
 	}
-	PyObject *name = lookup(span, s_name); /* blame names it as it ends (a server span gets its route late) */
+	PyObject *name = LOOKUP(span, s_name); /* blame names it as it ends (a server span gets its route late) */
 	if (name != NULL && name != start->name) {
 		Charges *home = tc->tid == start->home_tid ? tc : switching_thread(start->home_tid);
 		if (home != NULL)

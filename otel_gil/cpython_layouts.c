@@ -14,8 +14,9 @@
  * once they moved into a dict of the instance's own); 3.12, the dict-or-values pointer
  * tagged as values; 3.13, inline values after the object, marked valid (a dict made by
  * vars() shares them while it can). As CPython's own LOAD_ATTR_INSTANCE_VALUE checks.
- * Else the generic lookup, which refills it. A store goes there too where the type has
- * no __setattr__ (3.13: and no dict was made of the values).
+ * Else the generic lookup, which refills it. A call site may keep its own copy of the entry
+ * it hit (lookup_at: no hash, no probe while it reads one type's instances). A store goes
+ * there too where the type has no __setattr__ (3.13: and no dict was made of the values).
  *
  * A threading.Lock's state (lock_state): the field its locked() returns, read in place
  * (~90 instructions less than the call), where a lock taken and released at import left it
@@ -176,6 +177,32 @@ PyObject *lookup(PyObject *obj, PyObject *name)
 	}
 #endif
 	return lookup_generic(obj, name);
+}
+
+PyObject *lookup_at(PyObject *obj, PyObject *name, struct site *site)
+{
+#if KNOWN_LAYOUT
+	PyTypeObject *type = Py_TYPE(obj);
+	if (site->type == type && site->version == type->tp_version_tag) { /* (never 0: fill keeps none) */
+		PyDictValues *values = values_of(obj, type);
+		if (values != NULL && (void *)((PyHeapTypeObject *)type)->ht_cached_keys == site->keys
+#if PY_3_13_ONLY
+		    && site->index < values->capacity
+#endif
+		) {
+			PyObject *value = values->values[site->index];
+			Py_XINCREF(value);
+			return value;
+		}
+	}
+	PyObject *value = lookup(obj, name);
+	const struct entry *e = entry_of(type, name);
+	if (e != NULL && e->index >= 0 && e->version == type->tp_version_tag)
+		*site = (struct site){type, e->version, e->keys, e->index};
+	return value;
+#else
+	return lookup(obj, name);
+#endif
 }
 
 int store_attr(PyObject *obj, PyObject *name, PyObject *value)
