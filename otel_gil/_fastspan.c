@@ -650,7 +650,7 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 	}
 	Py_XDECREF(attributes);
 	Py_DECREF(start);
-	PyObject *call[2] = {span, PyLong_FromLongLong(end_ns)};
+	PyObject *call[2] = {span, long_from(end_ns)};
 	if (call[1] == NULL)
 		return NULL;
 	/* end(self, end_time) by position: no keyword for the callee to match */

@@ -23,7 +23,8 @@
  * as locked() said each time (lock_probe; the field moved within 3.13's releases).
  *
  * An int's value (long_value, ulong_value): from its 30-bit digits, up to three (a time in ns
- * and a span id have three; PyLong_AsLong takes ~75 instructions to find it).
+ * and a span id have three; PyLong_AsLong takes ~75 instructions to find it); and a time's
+ * int made so (long_from: PyLong_FromLongLong counts its digits first, ~120 in all).
  *
  * A span's attribute dict, empty (dict_fill_empty): a copy of a model dict of the same
  * keys, its values replaced in place (PyDict_Update clones a dict's keys into an empty
@@ -379,4 +380,25 @@ unsigned long ulong_value(PyObject *v, int *ok)
 	*ok = !PyErr_Occurred();
 	clear_error();
 	return value;
+}
+
+PyObject *long_from(long v)
+{
+#if KNOWN_LAYOUT && PyLong_SHIFT == 30
+	if (v >= 1L << 60) { /* three digits, as _PyLong_New leaves a positive one (its size and sign set) */
+		PyLongObject *r = _PyLong_New(3);
+		if (r == NULL)
+			return NULL;
+#if PY_3_11_ONLY
+		digit *d = r->ob_digit;
+#else
+		digit *d = r->long_value.ob_digit;
+#endif
+		d[0] = (digit)(v & PyLong_MASK);
+		d[1] = (digit)((v >> 30) & PyLong_MASK);
+		d[2] = (digit)(v >> 60);
+		return (PyObject *)r;
+	}
+#endif
+	return PyLong_FromLong(v);
 }

@@ -216,6 +216,8 @@ HIDDEN int dict_fill_empty(PyObject *dict, PyObject *model, PyObject *const *key
 HIDDEN long long_value(PyObject *v, int *ok);
 /* PyLong_AsUnsignedLong(v), *ok 1; or *ok 0 where that fails (no error left set). */
 HIDDEN unsigned long ulong_value(PyObject *v, int *ok);
+/* PyLong_FromLong(v), quicker for v >= 2**60 (a time in ns). */
+HIDDEN PyObject *long_from(long v);
 /* Read lock's state (a lock of lock's type) in place from now on, if its layout proves what this
  * CPython's is (acquired and released here): 1, else 0; -1 with an error set. */
 HIDDEN int lock_probe(PyObject *lock);
