@@ -159,6 +159,7 @@ def instructions(prefix: list[str], code: str, n: int, on: bool, checkout: Path,
     """The process's instructions, and how many of its spans named their blocker (LONG_WAITS; else None)."""
     where = results.python_in(checkout)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/"), "PYTHONHASHSEED": "0",
+           "PYTHONDONTWRITEBYTECODE": "1",  # (a run that writes .pyc files costs more than the next)
            "PYTHONPATH": f"{where['env']['PYTHONPATH']}:{ROOT / 'bench'}", "OTEL_GIL_BENCH_LAYOUT": "x" * (64 * layout)}
     done = subprocess.run([*prefix, sys.executable, "-c", code, str(n), "1" if on else "0", *extra], capture_output=True,
                           text=True, cwd=where["cwd"], env=env, check=True)
