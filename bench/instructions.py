@@ -15,12 +15,20 @@ would otherwise make one), or (--long-spans) each waits 4 ms for the GIL a threa
 "blocker" holds through a ctypes.PyDLL call, past the 1 ms long wait: the figure is per span
 that names it (at least half of them must, or the run fails). The median of --repeats. Writes the section "instructions" of
 bench/RESULTS.md (with --baseline: "instructions against a baseline").
+
+A process's count moves with where its objects land (CPython's type and attribute caches,
+indexed by addresses, hit or miss per span accordingly: some 100-700 instructions a span),
+and that moves with its environment's size (a shell's `_` under `nice`, the checkout's
+path). So the processes get a fixed environment (PATH, HOME and the Python variables), and
+repeat k one of k * 64 more bytes: the repeats' median and range are over that many
+layouts, not one layout counted again.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -40,6 +48,8 @@ from otel_gil.spans import GilSpanProcessor, hook_provider
 registration = InProcess(long_wait_ns=LONG_WAIT_NS)
 registration.start()
 provider = TracerProvider()
+import random
+random.seed(0)  # the same span and trace ids in every process
 if sys.argv[2] == "1":
     hook = GilSpanProcessor(registration, None, fast=True)
     assert hook._hooks is not None, "otel_gil._fastspan is not built: pip install -e ."
@@ -144,10 +154,13 @@ def _perf_counts() -> bool:
     return done.returncode == 0 and "<not" not in done.stderr
 
 
-def instructions(prefix: list[str], code: str, n: int, on: bool, checkout: Path, *extra: str) -> tuple[int, Optional[int]]:
+def instructions(prefix: list[str], code: str, n: int, on: bool, checkout: Path, *extra: str,
+                 layout: int = 0) -> tuple[int, Optional[int]]:
     """The process's instructions, and how many of its spans named their blocker (LONG_WAITS; else None)."""
     where = results.python_in(checkout)
-    env = {**where["env"], "PYTHONHASHSEED": "0", "PYTHONPATH": f"{where['env']['PYTHONPATH']}:{ROOT / 'bench'}"}
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/"), "PYTHONHASHSEED": "0",
+           "PYTHONDONTWRITEBYTECODE": "1",  # (a run that writes .pyc files costs more than the next)
+           "PYTHONPATH": f"{where['env']['PYTHONPATH']}:{ROOT / 'bench'}", "OTEL_GIL_BENCH_LAYOUT": "x" * (64 * layout)}
     done = subprocess.run([*prefix, sys.executable, "-c", code, str(n), "1" if on else "0", *extra], capture_output=True,
                           text=True, cwd=where["cwd"], env=env, check=True)
     named = [int(row.split()[1]) for row in done.stderr.splitlines() if row.startswith("named ")]
@@ -159,10 +172,10 @@ def instructions(prefix: list[str], code: str, n: int, on: bool, checkout: Path,
 
 
 def loop_instructions(prefix: list[str], code: str, n: int, on: bool, checkout: Path, warm: int = WARM,
-                      *extra: str) -> tuple[int, Optional[int]]:
+                      *extra: str, layout: int = 0) -> tuple[int, Optional[int]]:
     """Instructions of ``n`` units of ``code``'s loop after ``warm`` (two runs' difference), and how
     many of those spans named their blocker (LONG_WAITS; else None)."""
-    (before, named0), (after, named1) = (instructions(prefix, code, count, on, checkout, *extra)
+    (before, named0), (after, named1) = (instructions(prefix, code, count, on, checkout, *extra, layout=layout)
                                          for count in (warm, warm + n))
     return after - before, None if named1 is None else named1 - named0
 
@@ -172,11 +185,11 @@ def per_unit(prefix: list[str], code: str, n: int, checkout: Path, warm: int = W
     return {on: loop_instructions(prefix, code, n, on, checkout, warm, *extra)[0] / n for on in (False, True)}
 
 
-def added(prefix: list[str], code: str, n: int, checkout: Path, warm: int = WARM) -> float:
+def added(prefix: list[str], code: str, n: int, checkout: Path, warm: int = WARM, layout: int = 0) -> float:
     """Instructions otel-gil adds per unit of ``code``'s loop; LONG_WAITS': per span that named its
     blocker (the others, a few, cost a calm span's: their share of the figure is under 1 %)."""
-    off, _ = loop_instructions(prefix, code, n, False, checkout, warm)
-    on, named = loop_instructions(prefix, code, n, True, checkout, warm)
+    off, _ = loop_instructions(prefix, code, n, False, checkout, warm, layout=layout)
+    on, named = loop_instructions(prefix, code, n, True, checkout, warm, layout=layout)
     units = n if named is None else named
     if units < NAMED * n:
         raise SystemExit(f"instructions.py: {units} of {n} spans had a long wait with their blocker named")
@@ -197,7 +210,7 @@ def requests(prefix: list[str], n: int) -> list[str]:
 def measure(prefix: list[str], checkout: Path, spans: int, pairs: int, repeats: int, long_spans: int) -> dict[str, list[float]]:
     runs = (("span (C hooks)", SPANS, spans, 1, WARM), (LONG, LONG_WAITS, long_spans, 1, LONG_WARM),
             ("hand-off (in-process)", HANDOFFS, pairs, 2, WARM))
-    return {what: [added(prefix, code, n, checkout, warm) / unit for _ in range(repeats)]
+    return {what: [added(prefix, code, n, checkout, warm, layout) / unit for layout in range(repeats)]
             for what, code, n, unit, warm in runs}
 
 

@@ -244,7 +244,7 @@ static int Hooks_init(Hooks *self, PyObject *args, PyObject *kwds)
  * generation come from one read of registration.state (client.State), so they agree. */
 static PyObject *current_ring(Hooks *self, long *generation)
 {
-	PyObject *state = lookup(self->registration, s_state);
+	PyObject *state = LOOKUP(self->registration, s_state);
 	if (state == NULL)
 		return NULL;
 	if (state == self->state) { /* a State never changes: as registered, with that ring, as when last read */
@@ -356,7 +356,7 @@ static PyObject *snapshot_onto(Hooks *self, PyObject *span)
  * a read-only view), so its own lock is free then. */
 int lock_free(PyObject *span)
 {
-	PyObject *lock = lookup(span, s_lock), *locked = NULL;
+	PyObject *lock = LOOKUP(span, s_lock), *locked = NULL;
 	int state = lock != NULL ? lock_state(lock) : -1; /* (cpython_layouts.c: in place) */
 	if (state < 0 && lock != NULL && Py_IS_TYPE(lock, lock_type))
 		locked = PyObject_Vectorcall(lock_locked, &lock, 1, NULL);
@@ -370,12 +370,12 @@ int lock_free(PyObject *span)
  * length limit, room for them, and nobody in the span's lock. Else NULL. */
 static PyObject *direct_dict(PyObject *span, Py_ssize_t adding)
 {
-	PyObject *bounded = lookup(span, s_attributes);
-	PyObject *d = bounded ? lookup(bounded, s_dict) : NULL;
-	PyObject *imm = d ? lookup(bounded, s_immutable) : NULL;
-	PyObject *mvl = imm ? lookup(bounded, s_max_value_len) : NULL;
-	PyObject *maxlen = mvl ? lookup(bounded, s_maxlen) : NULL;
-	PyObject *end = maxlen ? lookup(span, s_end_time) : NULL;
+	PyObject *bounded = LOOKUP(span, s_attributes);
+	PyObject *d = bounded ? LOOKUP(bounded, s_dict) : NULL;
+	PyObject *imm = d ? LOOKUP(bounded, s_immutable) : NULL;
+	PyObject *mvl = imm ? LOOKUP(bounded, s_max_value_len) : NULL;
+	PyObject *maxlen = mvl ? LOOKUP(bounded, s_maxlen) : NULL;
+	PyObject *end = maxlen ? LOOKUP(span, s_end_time) : NULL;
 	int usable = end == Py_None && PyDict_CheckExact(d) && imm == Py_False && mvl == Py_None;
 	if (usable && maxlen != Py_None) {
 		Py_ssize_t limit = PyLong_AsSsize_t(maxlen);
@@ -441,7 +441,7 @@ static int set_attributes(PyObject *span, unsigned which, PyObject *const *keys,
 /* Whether the registration still has the ring the span started with. */
 static int same_ring(Hooks *self, Start *start)
 {
-	PyObject *state = lookup(start->registration, s_state);
+	PyObject *state = LOOKUP(start->registration, s_state);
 	if (state == NULL)
 		return -1;
 	if (state == self->state) { /* unchanged since current_ring last read it */
@@ -579,7 +579,7 @@ static int count_server_span(Hooks *hooks, PyObject *span, PyObject *attributes,
 	Py_XINCREF(route);
 	if (route == NULL || !PyObject_IsTrue(route)) {
 		Py_XDECREF(route);
-		route = lookup(span, s_private_name);
+		route = LOOKUP(span, s_private_name);
 	}
 	int failed = route == NULL || !PyUnicode_CheckExact(route) || count_ratio(hooks->ratios, route, wait_ratio);
 	Py_XDECREF(route);
@@ -595,7 +595,7 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 		return NULL;
 	}
 	PyObject *span = args[0];
-	PyObject *start = lookup(span, s_start_attr);
+	PyObject *start = LOOKUP(span, s_start_attr);
 	if (start == NULL) { /* not a span of a provider with otel-gil */
 		clear_error();
 		return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
@@ -609,7 +609,7 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 	int plain = nargs + nkw == 1;
 	if (nargs + nkw == 2 && (nkw == 0 || PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), s_end_time_kw) == 0))
 		explicit = args[1];
-	PyObject *end_obj = lookup(span, s_end_time), *start_obj = lookup(span, s_start_time);
+	PyObject *end_obj = LOOKUP(span, s_end_time), *start_obj = LOOKUP(span, s_start_time);
 	int ok_start;
 	long long span_start = as_ns(start_obj, &ok_start);
 	int simple = end_obj == Py_None && ok_start && (plain || explicit == Py_None);
@@ -637,7 +637,7 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 		return python_end(self, args, nargs, kwnames);
 	}
 	if (st->metrics != Py_None) {
-		PyObject *kind = lookup(span, s_kind);
+		PyObject *kind = LOOKUP(span, s_kind);
 		if (kind == hooks->server_kind && count_server_span(hooks, span, attributes, wait_ratio) != 0) {
 			clear_error(); /* anything unusual: record_server_span decides, and logs its own failures */
 			PyObject *ratio = PyFloat_FromDouble(wait_ratio);
@@ -650,7 +650,7 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 	}
 	Py_XDECREF(attributes);
 	Py_DECREF(start);
-	PyObject *call[2] = {span, PyLong_FromLongLong(end_ns)};
+	PyObject *call[2] = {span, long_from(end_ns)};
 	if (call[1] == NULL)
 		return NULL;
 	/* end(self, end_time) by position: no keyword for the callee to match */
@@ -681,9 +681,9 @@ static PyObject *start_vectorcall(SpanMethod *self, PyObject *const *args, size_
 	PyObject *result = PyObject_Vectorcall(self->original, args, nargsf, kwnames);
 	if (result == NULL || PyVectorcall_NARGS(nargsf) < 1 || !self->hooks->enabled)
 		return result;
-	PyObject *span = args[0], *processor = lookup(span, s_span_processor), *started = NULL;
+	PyObject *span = args[0], *processor = LOOKUP(span, s_span_processor), *started = NULL;
 	Py_XDECREF(processor);
-	if (processor == self->scope && (started = lookup(span, s_start_attr)) == NULL) { /* not a repeated start() */
+	if (processor == self->scope && (started = LOOKUP(span, s_start_attr)) == NULL) { /* not a repeated start() */
 		PyObject *r = snapshot_onto(self->hooks, span);
 		Py_XDECREF(r);
 	}

@@ -73,6 +73,7 @@ typedef struct {
 	int unseen;           /* a switch no hook saw changed whose code ran here */
 	PyObject *loop;       /* the running loop last checked (before 3.14) */
 	int loop_seen;        /* ... whose switches are seen */
+	uint64_t loopless;    /* its thread state dict's version when asyncio last said no loop ran (0: never) */
 	PyObject *tracer;     /* this thread's greenlet tracer, once set */
 	PyObject *spare_run;  /* a freed ctx.run bound, for the next (switch_hooks.h) */
 	Py_ssize_t modules;   /* len(sys.modules) when greenlet was last looked for */
@@ -269,18 +270,15 @@ static uint64_t span_id_of(PyObject *span_context)
 {
 	if (span_context == NULL || !PyTuple_Check(span_context) || PyTuple_GET_SIZE(span_context) < 3)
 		return 0;
-	uint64_t id = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(span_context, 1)); /* LP64: quicker than ...LongLong */
-	if (PyErr_Occurred()) {
-		PyErr_Clear();
-		return 0;
-	}
-	return id;
+	int ok;
+	uint64_t id = ulong_value(PyTuple_GET_ITEM(span_context, 1), &ok); /* LP64: as wide as uint64_t */
+	return ok ? id : 0;
 }
 
 /* The tracked Start of the span's local parent (a new reference), or NULL. */
 static Start *parent_of(Charges *tc, PyObject *span)
 {
-	PyObject *parent = lookup(span, s_parent);
+	PyObject *parent = LOOKUP(span, s_parent);
 	uint64_t id = span_id_of(parent);
 	int remote = id && PyObject_IsTrue(PyTuple_GET_ITEM(parent, 2)) == 1;
 	Py_XDECREF(parent);
@@ -312,6 +310,23 @@ int tracked_throughout(const Start *start)
 	return start->tracked && start->epoch == epoch;
 }
 
+#if !PY_3_14_OR_LATER
+/* check_loop, except where asyncio said no loop ran here and nothing changed since: its C
+ * _get_running_loop reads the thread's loop from the thread state's dict, any change of
+ * which gives the dict a new version tag (3.11-3.13; 3.14 keeps it in the thread state). */
+static void check_loop_once(Charges *tc)
+{
+	PyObject *dict = here.tstate->dict;
+_Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wdeprecated-declarations\"")
+	uint64_t version = dict != NULL && PyDict_CheckExact(dict) ? ((PyDictObject *)dict)->ma_version_tag : 0;
+_Pragma("GCC diagnostic pop")
+	if (version != 0 && version == tc->loopless)
+		return;
+	/* (the Python _get_running_loop, without _asyncio, keeps it in a threading.local) */
+	tc->loopless = check_loop(tc) == 0 && running_loop_c != NULL ? version : 0;
+}
+#endif
+
 /* A span started on this thread (its counters in start->counters, read just now): charge
  * what ran until now, then its code runs. Nothing when the hooks do not track contexts. */
 void context_start(Hooks *hooks, Start *start, PyObject *span)
@@ -327,7 +342,7 @@ void context_start(Hooks *hooks, Start *start, PyObject *span)
 		trace_greenlets(&tc->modules, &tc->tracer);
 #if !PY_3_14_OR_LATER
 	if (tc->switches == 0 || tc->loop == NULL) /* a thread whose switches the hooks see runs a loop they see, if any */
-		check_loop(tc);
+		check_loop_once(tc);
 #endif
 	if (hooks->ring != start->ring)
 		return;
@@ -335,7 +350,7 @@ void context_start(Hooks *hooks, Start *start, PyObject *span)
 		check_unseen(tc);
 		charge(tc, &start->counters);
 	}
-	PyObject *ctx = lookup(span, s_context), *name = lookup(span, s_name);
+	PyObject *ctx = LOOKUP(span, s_context), *name = LOOKUP(span, s_name);
 	start->span_id = span_id_of(ctx);
 	start->name = name;
 	Py_XDECREF(ctx);
@@ -394,7 +409,7 @@ uint64_t context_end(Start *start, PyObject *span)
 		Py_CLEAR(start->prev_running);
 		return 0;
 	}
-	PyObject *name = lookup(span, s_name); /* blame names it as it ends (a server span gets its route late) */
+	PyObject *name = LOOKUP(span, s_name); /* blame names it as it ends (a server span gets its route late) */
 	if (name != NULL && name != start->name) {
 		Charges *home = tc->tid == start->home_tid ? tc : switching_thread(start->home_tid);
 		if (home != NULL)

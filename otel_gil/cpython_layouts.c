@@ -14,15 +14,17 @@
  * once they moved into a dict of the instance's own); 3.12, the dict-or-values pointer
  * tagged as values; 3.13, inline values after the object, marked valid (a dict made by
  * vars() shares them while it can). As CPython's own LOAD_ATTR_INSTANCE_VALUE checks.
- * Else the generic lookup, which refills it. A store goes there too where the type has
- * no __setattr__ (3.13: and no dict was made of the values).
+ * Else the generic lookup, which refills it. A call site may keep its own copy of the entry
+ * it hit (lookup_at: no hash, no probe while it reads one type's instances). A store goes
+ * there too where the type has no __setattr__ (3.13: and no dict was made of the values).
  *
  * A threading.Lock's state (lock_state): the field its locked() returns, read in place
  * (~90 instructions less than the call), where a lock taken and released at import left it
  * as locked() said each time (lock_probe; the field moved within 3.13's releases).
  *
- * An int's value (long_value): from its 30-bit digits, up to three (a time in ns has three;
- * PyLong_AsLong takes ~75 instructions to find it).
+ * An int's value (long_value, ulong_value): from its 30-bit digits, up to three (a time in ns
+ * and a span id have three; PyLong_AsLong takes ~75 instructions to find it); and a time's
+ * int made so (long_from: PyLong_FromLongLong counts its digits first, ~120 in all).
  *
  * A span's attribute dict, empty (dict_fill_empty): a copy of a model dict of the same
  * keys, its values replaced in place (PyDict_Update clones a dict's keys into an empty
@@ -178,6 +180,32 @@ PyObject *lookup(PyObject *obj, PyObject *name)
 	return lookup_generic(obj, name);
 }
 
+PyObject *lookup_at(PyObject *obj, PyObject *name, struct site *site)
+{
+#if KNOWN_LAYOUT
+	PyTypeObject *type = Py_TYPE(obj);
+	if (site->type == type && site->version == type->tp_version_tag) { /* (never 0: fill keeps none) */
+		PyDictValues *values = values_of(obj, type);
+		if (values != NULL && (void *)((PyHeapTypeObject *)type)->ht_cached_keys == site->keys
+#if PY_3_13_ONLY
+		    && site->index < values->capacity
+#endif
+		) {
+			PyObject *value = values->values[site->index];
+			Py_XINCREF(value);
+			return value;
+		}
+	}
+	PyObject *value = lookup(obj, name);
+	const struct entry *e = entry_of(type, name);
+	if (e != NULL && e->index >= 0 && e->version == type->tp_version_tag)
+		*site = (struct site){type, e->version, e->keys, e->index};
+	return value;
+#else
+	return lookup(obj, name);
+#endif
+}
+
 int store_attr(PyObject *obj, PyObject *name, PyObject *value)
 {
 #if KNOWN_LAYOUT
@@ -299,29 +327,78 @@ int lock_state(PyObject *lock)
 	return -1;
 }
 
+#if KNOWN_LAYOUT && PyLong_SHIFT == 30
+/* An exact int's magnitude (*u) and sign, where it has at most three digits below 2**64: 1, else 0. */
+static inline int digits_of(PyObject *v, uint64_t *u, int *negative)
+{
+	if (!PyLong_CheckExact(v))
+		return 0;
+#if PY_3_11_ONLY
+	Py_ssize_t size = Py_SIZE(v), n = size < 0 ? -size : size;
+	*negative = size < 0;
+	const digit *d = ((PyLongObject *)v)->ob_digit;
+#else
+	uintptr_t tag = ((PyLongObject *)v)->long_value.lv_tag;
+	Py_ssize_t n = (Py_ssize_t)(tag >> _PyLong_NON_SIZE_BITS);
+	*negative = (tag & _PyLong_SIGN_MASK) == 2;
+	const digit *d = ((PyLongObject *)v)->long_value.ob_digit;
+#endif
+	if (n > 3 || (n == 3 && d[2] >= 16))
+		return 0;
+	*u = (n > 0 ? d[0] : 0) | (n > 1 ? (uint64_t)d[1] << 30 : 0) | (n > 2 ? (uint64_t)d[2] << 60 : 0);
+	return 1;
+}
+#endif
+
 long long_value(PyObject *v, int *ok)
 {
 #if KNOWN_LAYOUT && PyLong_SHIFT == 30
-	if (PyLong_CheckExact(v)) {
-#if PY_3_11_ONLY
-		Py_ssize_t size = Py_SIZE(v), n = size < 0 ? -size : size;
-		int negative = size < 0;
-		const digit *d = ((PyLongObject *)v)->ob_digit;
-#else
-		uintptr_t tag = ((PyLongObject *)v)->long_value.lv_tag;
-		Py_ssize_t n = (Py_ssize_t)(tag >> _PyLong_NON_SIZE_BITS);
-		int negative = (tag & _PyLong_SIGN_MASK) == 2;
-		const digit *d = ((PyLongObject *)v)->long_value.ob_digit;
-#endif
-		if (n <= 3 && (n < 3 || d[2] < 8)) { /* at most 63 bits */
-			uint64_t u = (n > 0 ? d[0] : 0) | (n > 1 ? (uint64_t)d[1] << 30 : 0) | (n > 2 ? (uint64_t)d[2] << 60 : 0);
-			*ok = 1;
-			return negative ? -(long)u : (long)u;
-		}
+	uint64_t u;
+	int negative;
+	if (digits_of(v, &u, &negative) && u <= (uint64_t)LONG_MAX) {
+		*ok = 1;
+		return negative ? -(long)u : (long)u;
 	}
 #endif
 	long value = PyLong_AsLong(v);
 	*ok = !PyErr_Occurred();
 	clear_error();
 	return value;
+}
+
+unsigned long ulong_value(PyObject *v, int *ok)
+{
+#if KNOWN_LAYOUT && PyLong_SHIFT == 30
+	uint64_t u;
+	int negative;
+	if (digits_of(v, &u, &negative) && (!negative || u == 0)) {
+		*ok = 1;
+		return u;
+	}
+#endif
+	unsigned long value = PyLong_AsUnsignedLong(v);
+	*ok = !PyErr_Occurred();
+	clear_error();
+	return value;
+}
+
+PyObject *long_from(long v)
+{
+#if KNOWN_LAYOUT && PyLong_SHIFT == 30
+	if (v >= 1L << 60) { /* three digits, as _PyLong_New leaves a positive one (its size and sign set) */
+		PyLongObject *r = _PyLong_New(3);
+		if (r == NULL)
+			return NULL;
+#if PY_3_11_ONLY
+		digit *d = r->ob_digit;
+#else
+		digit *d = r->long_value.ob_digit;
+#endif
+		d[0] = (digit)(v & PyLong_MASK);
+		d[1] = (digit)((v >> 30) & PyLong_MASK);
+		d[2] = (digit)(v >> 60);
+		return (PyObject *)r;
+	}
+#endif
+	return PyLong_FromLong(v);
 }

@@ -190,6 +190,17 @@ static inline void clear_error(void)
 /* cpython_layouts.c: getattr(obj, name, NULL) without raising (and paying for) an AttributeError,
  * and where CPython allows, without the generic lookup. A new reference. */
 HIDDEN PyObject *lookup(PyObject *obj, PyObject *name);
+/* Where one call site of lookup last found its name: CPython's own inline cache, in short (the
+ * cache's hash and probes skipped while the site reads one type's instances). */
+struct site {
+	PyTypeObject *type; /* compared, never dereferenced (the version tag tells a reused address) */
+	unsigned int version;
+	void *keys;
+	Py_ssize_t index;
+};
+/* lookup(obj, name), through the site's record first. */
+HIDDEN PyObject *lookup_at(PyObject *obj, PyObject *name, struct site *site);
+#define LOOKUP(obj, name) __extension__({ static struct site site_; lookup_at((obj), (name), &site_); })
 /* _fastspan.c: whether obj's `_lock` (a threading.Lock) is free, read in place where it can be. */
 HIDDEN int lock_free(PyObject *obj);
 /* setattr(obj, name, value) (value not NULL): 0, or -1 with an error set; where CPython allows, and a
@@ -203,6 +214,10 @@ HIDDEN int dict_fill_empty(PyObject *dict, PyObject *model, PyObject *const *key
 
 /* PyLong_AsLong(v), *ok 1; or *ok 0 where that fails (no error left set). */
 HIDDEN long long_value(PyObject *v, int *ok);
+/* PyLong_AsUnsignedLong(v), *ok 1; or *ok 0 where that fails (no error left set). */
+HIDDEN unsigned long ulong_value(PyObject *v, int *ok);
+/* PyLong_FromLong(v), quicker for v >= 2**60 (a time in ns). */
+HIDDEN PyObject *long_from(long v);
 /* Read lock's state (a lock of lock's type) in place from now on, if its layout proves what this
  * CPython's is (acquired and released here): 1, else 0; -1 with an error set. */
 HIDDEN int lock_probe(PyObject *lock);

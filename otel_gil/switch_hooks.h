@@ -395,8 +395,8 @@ static PyCFunction running_loop_c; /* ... its C function where it takes no argum
 
 /* Before 3.14 only stdlib loops switch through Context.run: a span on a thread running any
  * other loop (uvloop, where SWITCH_LOOP_SEEN does not say otherwise) cannot be told from its
- * neighbours'. */
-static SWITCH_UNUSED void check_loop(Charges *tc)
+ * neighbours'. Whether a loop runs on the thread (1) or none (0: asyncio not loaded too). */
+static SWITCH_UNUSED int check_loop(Charges *tc)
 {
 	if (__atomic_load_n(&base_loop, __ATOMIC_ACQUIRE) == NULL) {
 		PyObject *events = PyImport_GetModule(s_switch_events), *base = PyImport_GetModule(s_switch_base_events);
@@ -410,7 +410,7 @@ static SWITCH_UNUSED void check_loop(Charges *tc)
 		    !__atomic_compare_exchange_n(&get_running_loop, &none, getter, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 			Py_XDECREF(getter);
 			Py_XDECREF(cls);
-			return; /* not loaded (no loop), or another thread is setting them */
+			return 0; /* not loaded (no loop), or another thread is setting them */
 		}
 		if (PyCFunction_Check(getter) && (PyCFunction_GetFlags(getter) & ~METH_COEXIST) == METH_NOARGS)
 			running_loop_c = PyCFunction_GetFunction(getter);
@@ -422,7 +422,7 @@ static SWITCH_UNUSED void check_loop(Charges *tc)
 		Py_XDECREF(loop);
 		if (PyErr_Occurred())
 			PyErr_Clear();
-		return;
+		return 0;
 	}
 	if (loop != tc->loop) {
 		tc->loop_seen = PyObject_IsInstance(loop, base_loop) == 1 || SWITCH_LOOP_SEEN(loop);
@@ -435,6 +435,7 @@ static SWITCH_UNUSED void check_loop(Charges *tc)
 		tc->unseen = 1;
 		flag_chain(tc->running, SWITCH_UNSEEN);
 	}
+	return 1;
 }
 
 /* ---------------------------------------------------------------- greenlets */

@@ -445,3 +445,29 @@ def test_a_span_that_lived_through_an_uninstrument_says_so():
         asyncio.run(main())
     got = named(exporter)
     assert got["through"]["gil.status"] == UNTRACKED and "gil.hold_ms" not in got["through"], got
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 14), reason="3.14+ see every switch through the context watchers: no loop probe")
+def test_a_loop_started_after_calm_spans_on_the_thread_is_still_probed(c_hooks):
+    """The C hooks ask asyncio for the running loop only where the thread state's dict changed
+    since it last said none ran: a loop whose switches no hook sees, set after calm spans on the
+    same thread, still marks the spans there."""
+    tracer, ring, _, exporter = c_hooks
+    unseen_loop = type("UnseenLoop", (), {})()  # no stdlib loop, nor a hooked C one
+
+    def run() -> None:
+        slot_for(ring, threading.get_native_id())  # this thread's slot
+        for name in ("calm-1", "calm-2"):
+            tracer.start_span(name).end()
+        asyncio._set_running_loop(unseen_loop)
+        try:
+            tracer.start_span("on-the-loop").end()
+        finally:
+            asyncio._set_running_loop(None)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    got = named(exporter)
+    assert [got[n].get("gil.status") for n in ("calm-1", "calm-2")] == [None, None], got
+    assert got["on-the-loop"].get("gil.status") == SHARED_THREAD, got
