@@ -51,34 +51,37 @@ struct switch_entry {
 	int someone;    /* a span's code ran */
 };
 
-#define SEEN_LEN 16 /* OpenTelemetry contexts a thread remembers the span's Start of (a power of 2) */
+#define SEEN_LEN 16 /* contexts a thread remembers the span's Start of (a power of 2) */
 
-/* An OpenTelemetry context (immutable: attach makes a new one) and the Start of its current span. */
+/* A context (by its immutable key) and the Start of its current span. */
 struct seen {
-	PyObject *otel_context;
+	PyObject *key; /* switch_hooks.h's context_key */
 	Start *running;
 };
 
 typedef struct {
 	PyObject_HEAD
-	void *owner;          /* &here of its thread */
-	PyObject *ring;       /* the ring `last` was read from */
-	long generation;
-	unsigned long forks;
-	uint32_t tid;
-	struct counters last; /* the thread's counters at its last charge point */
+	/* What every charge point reads or writes first, together. */
 	Start *running;       /* whose code runs now; NULL: no span's */
 	PyObject *context;    /* tstate->context as of the last charge point */
 	uint64_t switches;    /* context switches seen on this thread */
+	PyObject *ring;       /* the ring `last` was read from */
+	long generation;
+	unsigned long forks;
+	struct counters last; /* the thread's counters at its last charge point */
+	uint32_t tid;
 	int unseen;           /* a switch no hook saw changed whose code ran here */
+	struct switch_entry *log; /* who ran from when (LOG_LEN, from the thread's first switch) */
+	uint64_t logged;
+	PyObject *spare_run;  /* a freed ctx.run bound, for the next (switch_hooks.h) */
+	/* Then what spans and loops read. */
+	void *owner;          /* &here of its thread */
 	PyObject *loop;       /* the running loop last checked (before 3.14) */
 	int loop_seen;        /* ... whose switches are seen */
 	PyObject *tracer;     /* this thread's greenlet tracer, once set */
-	PyObject *spare_run;  /* a freed ctx.run bound, for the next (switch_hooks.h) */
 	Py_ssize_t modules;   /* len(sys.modules) when greenlet was last looked for */
-	struct switch_entry *log; /* who ran from when (LOG_LEN, from the thread's first switch) */
-	uint64_t logged;
-	struct seen seen[SEEN_LEN]; /* by the context's address: a switch back finds its Start here */
+	struct seen seen[SEEN_LEN]; /* by the context's key: a switch back finds its Start here */
+	struct seen by_otel[SEEN_LEN]; /* by OpenTelemetry's context: a mapping's misses looked up there */
 } Charges;
 
 static __thread __attribute__((tls_model("initial-exec"))) struct {
@@ -105,8 +108,10 @@ static void Charges_dealloc(Charges *self)
 		PyMem_Free(self->log);
 	}
 	for (int i = 0; i < SEEN_LEN; i++) {
-		Py_XDECREF(self->seen[i].otel_context);
+		Py_XDECREF(self->seen[i].key);
 		Py_XDECREF(self->seen[i].running);
+		Py_XDECREF(self->by_otel[i].key);
+		Py_XDECREF(self->by_otel[i].running);
 	}
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -178,14 +183,10 @@ static void charge(Charges *tc, const struct counters *c)
 	tc->last = *c;
 }
 
-/* Whether `c`, the calling thread's counters just read from the tracked ring, continue
- * its last charge point's (1), or the ring is new to this thread (a registration, a
- * collector restart, a fork: nothing to charge from before) and charging starts there (2). */
-static int in_step(Charges *tc, const struct counters *c)
+/* in_step() for a ring new to this thread: charging starts at `c`. */
+static SWITCH_COLD int new_step(Charges *tc, const struct counters *c)
 {
 	Hooks *h = tracking;
-	if (tc->ring == h->ring && tc->generation == h->generation && tc->forks == forks)
-		return 1;
 	Py_INCREF(h->ring);
 	Py_XSETREF(tc->ring, h->ring);
 	tc->generation = h->generation;
@@ -195,6 +196,17 @@ static int in_step(Charges *tc, const struct counters *c)
 	tc->unseen = 0; /* a new ring: a thread that still runs unseen switches is caught again (check_loop, check_unseen) */
 	Py_CLEAR(tc->loop);
 	return 2;
+}
+
+/* Whether `c`, the calling thread's counters just read from the tracked ring, continue
+ * its last charge point's (1), or the ring is new to this thread (a registration, a
+ * collector restart, a fork: nothing to charge from before) and charging starts there (2). */
+static inline int in_step(Charges *tc, const struct counters *c)
+{
+	Hooks *h = tracking;
+	if (likely(tc->ring == h->ring && tc->generation == h->generation && tc->forks == forks))
+		return 1;
+	return new_step(tc, c);
 }
 
 /* The calling thread's counters now and in_step()'s answer, or 0 where there is no ring to read. */
@@ -238,10 +250,17 @@ static Start *start_of(PyObject *span)
 	return NULL;
 }
 
+/* The thread's switch log, at its first switch. */
+static SWITCH_COLD void start_log(Charges *tc)
+{
+	if ((tc->log = PyMem_Calloc(LOG_LEN, sizeof(struct switch_entry))) == NULL)
+		PyErr_Clear(); /* no blame by request on this thread, figures unaffected */
+}
+
 /* A switch seen by a hook: charge what ran, then whose code runs in the context now current.
  * Where that is the code that ran (the same span's, or no span's), nothing is charged or
  * logged: the next charge point charges the whole stretch to it, as these would have. */
-static void switched(Charges *tc, Start *next /* stolen; NULL: look it up */, int look_up)
+static SWITCH_HOT void switched(Charges *tc, Start *next /* stolen; NULL: look it up */, int look_up)
 {
 	if (look_up)
 		next = current_running(tc);
@@ -257,8 +276,8 @@ static void switched(Charges *tc, Start *next /* stolen; NULL: look it up */, in
 		charge(tc, &c);
 	if (now == 0)
 		now = clock_ns(CLOCK_MONOTONIC);
-	if (tc->log == NULL && (tc->log = PyMem_Calloc(LOG_LEN, sizeof(struct switch_entry))) == NULL)
-		PyErr_Clear(); /* no blame by request on this thread, figures unaffected */
+	if (unlikely(tc->log == NULL))
+		start_log(tc);
 	run(tc, next, now);
 	believe(tc);
 }
