@@ -31,7 +31,9 @@
  */
 #include "fastspan.h"
 
-#define LOG_LEN 1024 /* switches a shared thread remembers, for blame (a power of 2) */
+#define LOG_LEN 1024   /* switches a shared thread logs, for blame (a power of 2) */
+#define LOG_BLOCK 64   /* entries whose names are released together, as their overwrite starts */
+#define LOG_KEPT (LOG_LEN - LOG_BLOCK) /* switches blame reads back: the rest may be being overwritten */
 
 /* The span hooks whose ring the charges are read from (a new reference), NULL: off. */
 static Hooks *tracking;
@@ -221,21 +223,29 @@ static int counters_now(Charges *tc, struct counters *c, uint64_t *now)
 	return in_step(tc, c);
 }
 
+/* The names of the log's LOG_BLOCK entries from `e` released, as their overwrite starts: in one
+ * pass over them, not each read back cold (1,024 switches after it was written) at its overwrite. */
+static SWITCH_COLD void release_block(struct switch_entry *e)
+{
+	for (int i = 0; i < LOG_BLOCK; i++)
+		Py_CLEAR(e[i].name);
+}
+
 /* `next` (a reference stolen, or NULL) runs on this thread from `now` on. */
-static void run(Charges *tc, Start *next, uint64_t now)
+static inline void run(Charges *tc, Start *next, uint64_t now)
 {
 	Start *old = tc->running;
 	tc->running = next;
 	if (tc->log != NULL) {
-		struct switch_entry *e = &tc->log[tc->logged++ & (LOG_LEN - 1)];
+		uint64_t i = tc->logged++ & (LOG_LEN - 1);
+		struct switch_entry *e = &tc->log[i];
+		if (unlikely(i % LOG_BLOCK == 0))
+			release_block(e);
 		e->at_ns = now;
 		e->span_id = next ? next->span_id : 0;
 		e->someone = next != NULL;
-		PyObject *name = next ? next->name : NULL;
-		if (name != e->name) {
-			Py_XINCREF(name);
-			Py_XSETREF(e->name, name);
-		}
+		e->name = next ? next->name : NULL; /* (its entry's name was released with its block) */
+		Py_XINCREF(e->name);
 	}
 	Py_XDECREF(old);
 }
@@ -390,7 +400,7 @@ static void rename_logged(Charges *tc, const Start *start, PyObject *name)
 {
 	if (tc->log == NULL)
 		return;
-	uint64_t oldest = tc->logged > LOG_LEN ? tc->logged - LOG_LEN : 0;
+	uint64_t oldest = tc->logged > LOG_KEPT ? tc->logged - LOG_KEPT : 0;
 	for (uint64_t i = tc->logged; i > oldest; i--) {
 		struct switch_entry *e = &tc->log[(i - 1) & (LOG_LEN - 1)];
 		if (e->at_ns < (uint64_t)start->mono_ns)
@@ -449,10 +459,9 @@ uint64_t context_end(Start *start, PyObject *span)
 
 /* ---------------------------------------------------------------- the switch hooks */
 
-void context_switched(void)
+/* context_switched() where the caller has an exception set: kept aside meanwhile. */
+static SWITCH_COLD void switched_keeping_error(void)
 {
-	if (tracking == NULL)
-		return;
 	PyObject *type, *value, *traceback;
 	PyErr_Fetch(&type, &value, &traceback);
 	Charges *tc = charges_here();
@@ -460,6 +469,20 @@ void context_switched(void)
 		switched(tc, NULL, 1);
 	PyErr_Clear();
 	PyErr_Restore(type, value, traceback);
+}
+
+SWITCH_HOT void context_switched(void)
+{
+	if (tracking == NULL)
+		return;
+	if (unlikely(PyErr_Occurred() != NULL)) {
+		switched_keeping_error();
+		return;
+	}
+	Charges *tc = charges_here();
+	if (tc != NULL)
+		switched(tc, NULL, 1);
+	clear_error();
 }
 
 #if !PY_3_14_OR_LATER
@@ -567,7 +590,7 @@ PyObject *contexts_held_by(PyObject *module, PyObject *const *args, Py_ssize_t n
 	} tally[TALLY];
 	int n = 0;
 	uint64_t nobody = 0; /* the loop's own code, and what ran before the log reaches back */
-	uint64_t oldest = tc->logged > LOG_LEN ? tc->logged - LOG_LEN : 0, until = clock_ns(CLOCK_MONOTONIC);
+	uint64_t oldest = tc->logged > LOG_KEPT ? tc->logged - LOG_KEPT : 0, until = clock_ns(CLOCK_MONOTONIC);
 	for (uint64_t i = tc->logged; i > oldest && until > start; i--) {
 		struct switch_entry *e = &tc->log[(i - 1) & (LOG_LEN - 1)];
 		uint64_t from = e->at_ns > start ? e->at_ns : start, to = until < end ? until : end;
