@@ -31,7 +31,9 @@
  */
 #include "fastspan.h"
 
-#define LOG_LEN 1024 /* switches a shared thread remembers, for blame (a power of 2) */
+#define LOG_LEN 1024   /* switches a shared thread logs, for blame (a power of 2) */
+#define LOG_BLOCK 64   /* entries whose names are released together, as their overwrite starts */
+#define LOG_KEPT (LOG_LEN - LOG_BLOCK) /* switches blame reads back: the rest may be being overwritten */
 
 /* The span hooks whose ring the charges are read from (a new reference), NULL: off. */
 static Hooks *tracking;
@@ -51,35 +53,38 @@ struct switch_entry {
 	int someone;    /* a span's code ran */
 };
 
-#define SEEN_LEN 16 /* OpenTelemetry contexts a thread remembers the span's Start of (a power of 2) */
+#define SEEN_LEN 16 /* contexts a thread remembers the span's Start of (a power of 2) */
 
-/* An OpenTelemetry context (immutable: attach makes a new one) and the Start of its current span. */
+/* A context (by its immutable key) and the Start of its current span. */
 struct seen {
-	PyObject *otel_context;
+	PyObject *key; /* switch_hooks.h's context_key */
 	Start *running;
 };
 
 typedef struct {
 	PyObject_HEAD
-	void *owner;          /* &here of its thread */
-	PyObject *ring;       /* the ring `last` was read from */
-	long generation;
-	unsigned long forks;
-	uint32_t tid;
-	struct counters last; /* the thread's counters at its last charge point */
+	/* What every charge point reads or writes first, together. */
 	Start *running;       /* whose code runs now; NULL: no span's */
 	PyObject *context;    /* tstate->context as of the last charge point */
 	uint64_t switches;    /* context switches seen on this thread */
+	PyObject *ring;       /* the ring `last` was read from */
+	long generation;
+	unsigned long forks;
+	struct counters last; /* the thread's counters at its last charge point */
+	uint32_t tid;
 	int unseen;           /* a switch no hook saw changed whose code ran here */
+	struct switch_entry *log; /* who ran from when (LOG_LEN, from the thread's first switch) */
+	uint64_t logged;
+	PyObject *spare_run;  /* a freed ctx.run bound, for the next (switch_hooks.h) */
+	/* Then what spans and loops read. */
+	void *owner;          /* &here of its thread */
 	PyObject *loop;       /* the running loop last checked (before 3.14) */
 	int loop_seen;        /* ... whose switches are seen */
 	uint64_t loopless;    /* its thread state dict's version when asyncio last said no loop ran (0: never) */
 	PyObject *tracer;     /* this thread's greenlet tracer, once set */
-	PyObject *spare_run;  /* a freed ctx.run bound, for the next (switch_hooks.h) */
 	Py_ssize_t modules;   /* len(sys.modules) when greenlet was last looked for */
-	struct switch_entry *log; /* who ran from when (LOG_LEN, from the thread's first switch) */
-	uint64_t logged;
-	struct seen seen[SEEN_LEN]; /* by the context's address: a switch back finds its Start here */
+	struct seen seen[SEEN_LEN]; /* by the context's key: a switch back finds its Start here */
+	struct seen by_otel[SEEN_LEN]; /* by OpenTelemetry's context: a mapping's misses looked up there */
 } Charges;
 
 static __thread __attribute__((tls_model("initial-exec"))) struct {
@@ -106,8 +111,10 @@ static void Charges_dealloc(Charges *self)
 		PyMem_Free(self->log);
 	}
 	for (int i = 0; i < SEEN_LEN; i++) {
-		Py_XDECREF(self->seen[i].otel_context);
+		Py_XDECREF(self->seen[i].key);
 		Py_XDECREF(self->seen[i].running);
+		Py_XDECREF(self->by_otel[i].key);
+		Py_XDECREF(self->by_otel[i].running);
 	}
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -179,14 +186,10 @@ static void charge(Charges *tc, const struct counters *c)
 	tc->last = *c;
 }
 
-/* Whether `c`, the calling thread's counters just read from the tracked ring, continue
- * its last charge point's (1), or the ring is new to this thread (a registration, a
- * collector restart, a fork: nothing to charge from before) and charging starts there (2). */
-static int in_step(Charges *tc, const struct counters *c)
+/* in_step() for a ring new to this thread: charging starts at `c`. */
+static SWITCH_COLD int new_step(Charges *tc, const struct counters *c)
 {
 	Hooks *h = tracking;
-	if (tc->ring == h->ring && tc->generation == h->generation && tc->forks == forks)
-		return 1;
 	Py_INCREF(h->ring);
 	Py_XSETREF(tc->ring, h->ring);
 	tc->generation = h->generation;
@@ -196,6 +199,17 @@ static int in_step(Charges *tc, const struct counters *c)
 	tc->unseen = 0; /* a new ring: a thread that still runs unseen switches is caught again (check_loop, check_unseen) */
 	Py_CLEAR(tc->loop);
 	return 2;
+}
+
+/* Whether `c`, the calling thread's counters just read from the tracked ring, continue
+ * its last charge point's (1), or the ring is new to this thread (a registration, a
+ * collector restart, a fork: nothing to charge from before) and charging starts there (2). */
+static inline int in_step(Charges *tc, const struct counters *c)
+{
+	Hooks *h = tracking;
+	if (likely(tc->ring == h->ring && tc->generation == h->generation && tc->forks == forks))
+		return 1;
+	return new_step(tc, c);
 }
 
 /* The calling thread's counters now and in_step()'s answer, or 0 where there is no ring to read. */
@@ -210,21 +224,29 @@ static int counters_now(Charges *tc, struct counters *c, uint64_t *now)
 	return in_step(tc, c);
 }
 
+/* The names of the log's LOG_BLOCK entries from `e` released, as their overwrite starts: in one
+ * pass over them, not each read back cold (1,024 switches after it was written) at its overwrite. */
+static SWITCH_COLD void release_block(struct switch_entry *e)
+{
+	for (int i = 0; i < LOG_BLOCK; i++)
+		Py_CLEAR(e[i].name);
+}
+
 /* `next` (a reference stolen, or NULL) runs on this thread from `now` on. */
-static void run(Charges *tc, Start *next, uint64_t now)
+static inline void run(Charges *tc, Start *next, uint64_t now)
 {
 	Start *old = tc->running;
 	tc->running = next;
 	if (tc->log != NULL) {
-		struct switch_entry *e = &tc->log[tc->logged++ & (LOG_LEN - 1)];
+		uint64_t i = tc->logged++ & (LOG_LEN - 1);
+		struct switch_entry *e = &tc->log[i];
+		if (unlikely(i % LOG_BLOCK == 0))
+			release_block(e);
 		e->at_ns = now;
 		e->span_id = next ? next->span_id : 0;
 		e->someone = next != NULL;
-		PyObject *name = next ? next->name : NULL;
-		if (name != e->name) {
-			Py_XINCREF(name);
-			Py_XSETREF(e->name, name);
-		}
+		e->name = next ? next->name : NULL; /* (its entry's name was released with its block) */
+		Py_XINCREF(e->name);
 	}
 	Py_XDECREF(old);
 }
@@ -239,10 +261,17 @@ static Start *start_of(PyObject *span)
 	return NULL;
 }
 
+/* The thread's switch log, at its first switch. */
+static SWITCH_COLD void start_log(Charges *tc)
+{
+	if ((tc->log = PyMem_Calloc(LOG_LEN, sizeof(struct switch_entry))) == NULL)
+		PyErr_Clear(); /* no blame by request on this thread, figures unaffected */
+}
+
 /* A switch seen by a hook: charge what ran, then whose code runs in the context now current.
  * Where that is the code that ran (the same span's, or no span's), nothing is charged or
  * logged: the next charge point charges the whole stretch to it, as these would have. */
-static void switched(Charges *tc, Start *next /* stolen; NULL: look it up */, int look_up)
+static SWITCH_HOT void switched(Charges *tc, Start *next /* stolen; NULL: look it up */, int look_up)
 {
 	if (look_up)
 		next = current_running(tc);
@@ -258,8 +287,8 @@ static void switched(Charges *tc, Start *next /* stolen; NULL: look it up */, in
 		charge(tc, &c);
 	if (now == 0)
 		now = clock_ns(CLOCK_MONOTONIC);
-	if (tc->log == NULL && (tc->log = PyMem_Calloc(LOG_LEN, sizeof(struct switch_entry))) == NULL)
-		PyErr_Clear(); /* no blame by request on this thread, figures unaffected */
+	if (unlikely(tc->log == NULL))
+		start_log(tc);
 	run(tc, next, now);
 	believe(tc);
 }
@@ -386,7 +415,7 @@ static void rename_logged(Charges *tc, const Start *start, PyObject *name)
 {
 	if (tc->log == NULL)
 		return;
-	uint64_t oldest = tc->logged > LOG_LEN ? tc->logged - LOG_LEN : 0;
+	uint64_t oldest = tc->logged > LOG_KEPT ? tc->logged - LOG_KEPT : 0;
 	for (uint64_t i = tc->logged; i > oldest; i--) {
 		struct switch_entry *e = &tc->log[(i - 1) & (LOG_LEN - 1)];
 		if (e->at_ns < (uint64_t)start->mono_ns)
@@ -445,10 +474,9 @@ uint64_t context_end(Start *start, PyObject *span)
 
 /* ---------------------------------------------------------------- the switch hooks */
 
-void context_switched(void)
+/* context_switched() where the caller has an exception set: kept aside meanwhile. */
+static SWITCH_COLD void switched_keeping_error(void)
 {
-	if (tracking == NULL)
-		return;
 	PyObject *type, *value, *traceback;
 	PyErr_Fetch(&type, &value, &traceback);
 	Charges *tc = charges_here();
@@ -456,6 +484,20 @@ void context_switched(void)
 		switched(tc, NULL, 1);
 	PyErr_Clear();
 	PyErr_Restore(type, value, traceback);
+}
+
+SWITCH_HOT void context_switched(void)
+{
+	if (tracking == NULL)
+		return;
+	if (unlikely(PyErr_Occurred() != NULL)) {
+		switched_keeping_error();
+		return;
+	}
+	Charges *tc = charges_here();
+	if (tc != NULL)
+		switched(tc, NULL, 1);
+	clear_error();
 }
 
 #if !PY_3_14_OR_LATER
@@ -563,7 +605,7 @@ PyObject *contexts_held_by(PyObject *module, PyObject *const *args, Py_ssize_t n
 	} tally[TALLY];
 	int n = 0;
 	uint64_t nobody = 0; /* the loop's own code, and what ran before the log reaches back */
-	uint64_t oldest = tc->logged > LOG_LEN ? tc->logged - LOG_LEN : 0, until = clock_ns(CLOCK_MONOTONIC);
+	uint64_t oldest = tc->logged > LOG_KEPT ? tc->logged - LOG_KEPT : 0, until = clock_ns(CLOCK_MONOTONIC);
 	for (uint64_t i = tc->logged; i > oldest && until > start; i--) {
 		struct switch_entry *e = &tc->log[(i - 1) & (LOG_LEN - 1)];
 		uint64_t from = e->at_ns > start ? e->at_ns : start, to = until < end ? until : end;

@@ -43,7 +43,7 @@
 #include "py_versions.h"
 
 #define OTHER_TIDS 8   /* other threads told apart; past that, threads_else is -1 */
-#define SEEN_LEN 16    /* OpenTelemetry contexts a thread remembers the Parked of (a power of 2) */
+#define SEEN_LEN 16    /* contexts a thread remembers the Parked of (a power of 2) */
 #define UNSEEN 1       /* ran where a switch no hook saw changed whose code ran */
 #define BROKEN 2       /* a thread's counters went back between two charges */
 
@@ -133,9 +133,9 @@ static void flag_one(Parked *a, uint32_t flag)
 
 /* ---------------------------------------------------------------- per thread */
 
-/* An OpenTelemetry context (immutable: attach makes a new one) and the Parked of its current span. */
+/* A context (by its immutable key) and the Parked of its current span. */
 struct seen {
-	PyObject *otel_context;
+	PyObject *key; /* switch_hooks.h's context_key */
 	Parked *running;
 };
 
@@ -155,6 +155,7 @@ typedef struct {
 	PyObject *spare_run;  /* a freed ctx.run bound, for the next (switch_hooks.h) */
 	Py_ssize_t modules;   /* len(sys.modules) when greenlet was last looked for */
 	struct seen seen[SEEN_LEN];
+	struct seen by_otel[SEEN_LEN]; /* by OpenTelemetry's context: a mapping's misses looked up there */
 } Charges;
 
 static __thread __attribute__((tls_model("initial-exec"))) struct {
@@ -175,8 +176,10 @@ static void Charges_dealloc(Charges *self)
 	if (self->spare_run != NULL)
 		PyObject_GC_Del(self->spare_run);
 	for (int i = 0; i < SEEN_LEN; i++) {
-		Py_XDECREF(self->seen[i].otel_context);
+		Py_XDECREF(self->seen[i].key);
 		Py_XDECREF(self->seen[i].running);
+		Py_XDECREF(self->by_otel[i].key);
+		Py_XDECREF(self->by_otel[i].running);
 	}
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }

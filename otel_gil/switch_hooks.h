@@ -16,7 +16,7 @@
  * span key, NULL until known), SWITCH_OF_SPAN(span) (a span's accumulator, a new reference, or
  * NULL) and SWITCH_LOOP_SEEN(loop) (whether a running loop that is not a stdlib one has its
  * switches seen all the same); its Charges type (fields owner, running, context, unseen, loop,
- * loop_seen, seen[SEEN_LEN] (struct seen: otel_context, running), spare_run: a freed BoundRun its
+ * loop_seen, seen[SEEN_LEN] and by_otel[SEEN_LEN] (struct seen: key, running), spare_run: a freed BoundRun its
  * dealloc frees with PyObject_GC_Del), ChargesType, `here` (TLS: tstate, charges) and
  * s_charges_key; and, anywhere in the file, `switched(Charges *, SWITCH_RUNNING *next, int
  * look_up)` (a charge point, after which `next`, stolen, runs, or with look_up whoever is current
@@ -35,6 +35,15 @@
 
 #include "py_versions.h"
 
+/* Before 3.14 a Context's variables are read in place (its layout, the same from 3.9 to 3.13, from
+ * CPython's own header); 3.14+ takes the public ContextVar look-up. */
+#define CONTEXT_VARS_IN_PLACE (!PY_3_14_OR_LATER)
+#if CONTEXT_VARS_IN_PLACE
+#define Py_BUILD_CORE
+#include "internal/pycore_context.h"
+#undef Py_BUILD_CORE
+#endif
+
 #if !defined(SWITCH_HOOKS_MODULE) || !defined(SWITCH_TRACKING) || !defined(SWITCH_RUNNING) || \
 	!defined(SWITCH_UNSEEN) || !defined(SWITCH_FLAG) || !defined(SWITCH_OTEL_VAR) || !defined(SWITCH_SPAN_KEY) || \
 	!defined(SWITCH_OF_SPAN) || !defined(SWITCH_LOOP_SEEN)
@@ -44,6 +53,12 @@
 #define SWITCH_MAX_DEPTH 64 /* ancestors charged at most (a cycle cannot form: parents are older) */
 
 #define SWITCH_UNUSED __attribute__((unused)) /* (3.14+ default builds need no Context.run) */
+/* The charge points' own code is touched once per switch, between stretches of the interpreter's
+ * that evict it: what every switch runs is kept together (hot), what few do out of its way (cold). */
+#define SWITCH_HOT __attribute__((hot))
+#define SWITCH_COLD __attribute__((noinline, cold))
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
 
 static PyObject *s_switch_run, *s_switch_settrace, *s_switch_greenlet, *s_switch_events, *s_switch_base_events;
 
@@ -58,12 +73,9 @@ static void flag_chain(SWITCH_RUNNING *a, uint32_t flag)
 
 /* ---------------------------------------------------------------- per thread */
 
-/* The calling thread's Charges (borrowed), NULL with an error if it cannot have one. */
-static Charges *charges_here(void)
+/* charges_here() where the TLS cache does not answer: from the thread state's dict, or made. */
+static SWITCH_COLD Charges *charges_of(PyThreadState *ts)
 {
-	PyThreadState *ts = PyThreadState_Get();
-	if (here.tstate == ts && here.charges != NULL)
-		return here.charges;
 	PyObject *dict = PyThreadState_GetDict(); /* borrowed; this thread's only */
 	if (dict == NULL) {
 		PyErr_SetString(PyExc_RuntimeError, "no thread state dict");
@@ -97,36 +109,89 @@ static Charges *charges_here(void)
 	return here.charges;
 }
 
-/* The accumulator of the span current in this thread's context (a new reference), or NULL; tc
- * remembers it for that OpenTelemetry context (immutable: attach makes a new one). */
-static SWITCH_RUNNING *current_running(Charges *tc)
+/* The calling thread's Charges (borrowed), NULL with an error if it cannot have one. */
+static inline Charges *charges_here(void)
 {
-	PyObject *var = SWITCH_OTEL_VAR, *octx = NULL, *span = NULL;
-	if (var == NULL || PyContextVar_Get(var, NULL, &octx) < 0 || octx == NULL) {
-		PyErr_Clear();
-		return NULL;
-	}
-	struct seen *seen = &tc->seen[((uintptr_t)octx >> 4) & (SEEN_LEN - 1)];
-	if (seen->otel_context == octx) {
-		Py_DECREF(octx);
-		Py_XINCREF(seen->running);
-		return seen->running;
-	}
-	SWITCH_RUNNING *running = NULL;
-#if PY_3_13_OR_LATER
-	if (PyDict_Check(octx) && PyDict_GetItemRef(octx, SWITCH_SPAN_KEY, &span) > 0) {
+	PyThreadState *ts = PyThreadState_Get();
+	if (unlikely(here.tstate != ts || here.charges == NULL))
+		return charges_of(ts);
+	return here.charges;
+}
+
+/* What the cache of a thread's contexts is keyed by: before 3.14, the current Context's mapping
+ * of variables, read in place (immutable: a ContextVar.set makes a new one; a ContextVar look-up
+ * per switch costs ~180 instructions and the mapping's nodes); from 3.14, OpenTelemetry's
+ * context itself (a new reference in *octx). NULL: no context, or no span's. */
+static inline PyObject *context_key(PyObject **octx)
+{
+#if CONTEXT_VARS_IN_PLACE
+	PyObject *ctx = PyThreadState_Get()->context;
+	return ctx != NULL && SWITCH_OTEL_VAR != NULL ? (PyObject *)((PyContext *)ctx)->ctx_vars : NULL;
 #else
-	if (PyDict_Check(octx) && (span = PyDict_GetItemWithError(octx, SWITCH_SPAN_KEY)) != NULL) {
+	PyObject *var = SWITCH_OTEL_VAR;
+	if (var == NULL || PyContextVar_Get(var, NULL, octx) < 0)
+		PyErr_Clear();
+	return *octx;
+#endif
+}
+
+/* current_running() where tc does not remember `key`: its span's accumulator (a new reference),
+ * or NULL, remembered in `seen`. octx: OpenTelemetry's context (a reference taken over), or NULL
+ * where it is to be looked up; then found by it in tc->by_otel where it is there (a mapping
+ * reset to an earlier value is a new one: a span's detach), else remembered there too. */
+static SWITCH_COLD SWITCH_RUNNING *remember_running(Charges *tc, struct seen *seen, PyObject *key, PyObject *octx)
+{
+	SWITCH_RUNNING *running = NULL;
+	struct seen *by_otel = NULL;
+	PyObject *span = NULL;
+	if (octx == NULL && PyContextVar_Get(SWITCH_OTEL_VAR, NULL, &octx) < 0)
+		octx = NULL;
+	if (octx != NULL && octx != key) {
+		by_otel = &tc->by_otel[((uintptr_t)octx >> 4) & (SEEN_LEN - 1)];
+		if (by_otel->key == octx) {
+			running = by_otel->running;
+			Py_XINCREF(running);
+			goto found;
+		}
+	}
+#if PY_3_13_OR_LATER
+	if (octx != NULL && PyDict_Check(octx) && PyDict_GetItemRef(octx, SWITCH_SPAN_KEY, &span) > 0) {
+#else
+	if (octx != NULL && PyDict_Check(octx) && (span = PyDict_GetItemWithError(octx, SWITCH_SPAN_KEY)) != NULL) {
 		Py_INCREF(span);
 #endif
-		running = SWITCH_OF_SPAN(span);
+		running = SWITCH_OF_SPAN(span); /* (set as its span starts, before any context holds it) */
 		Py_DECREF(span);
 	}
 	PyErr_Clear();
-	Py_XINCREF(running); /* (an accumulator is set as its span starts, before any context holds it) */
+	if (by_otel != NULL) {
+		Py_XINCREF(running);
+		Py_XSETREF(by_otel->running, running);
+		Py_INCREF(octx);
+		Py_XSETREF(by_otel->key, octx);
+	}
+found:
+	Py_XDECREF(octx);
+	Py_XINCREF(running);
 	Py_XSETREF(seen->running, running);
-	Py_XSETREF(seen->otel_context, octx); /* takes the reference */
+	Py_INCREF(key);
+	Py_XSETREF(seen->key, key);
 	return running;
+}
+
+/* The accumulator of the span current in this thread's context (a new reference), or NULL; tc
+ * remembers it by the context's key (context_key). */
+static inline SWITCH_RUNNING *current_running(Charges *tc)
+{
+	PyObject *octx = NULL, *key = context_key(&octx);
+	if (key == NULL)
+		return NULL;
+	struct seen *seen = &tc->seen[((uintptr_t)key >> 4) & (SEEN_LEN - 1)];
+	if (unlikely(seen->key != key))
+		return remember_running(tc, seen, key, octx);
+	Py_XDECREF(octx);
+	Py_XINCREF(seen->running);
+	return seen->running;
 }
 
 /* The context current now is the one the last charge point saw. */
@@ -163,7 +228,7 @@ typedef struct {
 	PyObject *original; /* the method it replaced */
 } ContextRun;
 
-static PyObject *ContextRun_vectorcall(ContextRun *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+static SWITCH_HOT PyObject *ContextRun_vectorcall(ContextRun *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
 	Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
 	Charges *tc;
@@ -214,7 +279,7 @@ static PyTypeObject BoundRunType;
 
 #define BOUND_RUN_ARGS 8 /* arguments passed on the stack; more: allocated */
 
-static PyObject *BoundRun_vectorcall(BoundRun *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+static SWITCH_HOT PyObject *BoundRun_vectorcall(BoundRun *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
 	Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
 	if (nargsf & PY_VECTORCALL_ARGUMENTS_OFFSET) { /* the caller lets args[-1] be borrowed */
@@ -249,7 +314,7 @@ static int BoundRun_clear(BoundRun *self)
 	return 0;
 }
 
-static void BoundRun_dealloc(BoundRun *self)
+static SWITCH_HOT void BoundRun_dealloc(BoundRun *self)
 {
 	PyObject_GC_UnTrack(self);
 	BoundRun_clear(self);
@@ -285,7 +350,7 @@ static PyTypeObject BoundRunType = {
 
 /* tp_descr_get of Context.run's replacement (Py_TPFLAGS_METHOD_DESCRIPTOR): bound to an
  * instance, itself on the class. */
-static PyObject *bind_context_run(PyObject *self, PyObject *obj, PyObject *type)
+static SWITCH_HOT PyObject *bind_context_run(PyObject *self, PyObject *obj, PyObject *type)
 {
 	if (obj == NULL || obj == Py_None) {
 		Py_INCREF(self);
@@ -448,7 +513,7 @@ typedef struct {
 	PyObject *previous;
 } Tracer;
 
-static PyObject *Tracer_vectorcall(Tracer *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+static SWITCH_HOT PyObject *Tracer_vectorcall(Tracer *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
 	if (SWITCH_TRACKING) {
 		Charges *tc = charges_here();

@@ -233,6 +233,35 @@ def test_a_wait_on_the_loop_names_the_request_whose_code_ran(c_hooks, late_name)
     assert event.attributes["gil.blocker.span.name"] == (late_name or "b"), dict(event.attributes)
 
 
+def test_the_switch_log_lets_go_of_a_name_it_wrapped_past_and_names_what_ran_since(c_hooks):
+    """The loop's switch log (1,024 entries, blame's) holds the names of the spans it logged
+    until it wraps past them (released a block at a time), and names the span whose code ran in
+    a stretch it still reaches."""
+    from otel_gil import _fastspan
+
+    tracer, _, _, exporter = c_hooks
+    name = "".join(["early", " request"])  # (an object of its own)
+
+    async def request(span_name: str, steps: int, step_s: float = 0) -> None:
+        with tracer.start_as_current_span(span_name):
+            for _ in range(steps):
+                time.sleep(step_s)  # (its code, longer than the loop's own between steps)
+                await asyncio.sleep(0)
+
+    async def main() -> tuple[int, int, int, int]:
+        await asyncio.gather(request(name, 3), request("other", 3))
+        exporter.clear()
+        logged = sys.getrefcount(name)  # (the span's, its figures', the log's)
+        await asyncio.gather(request("late", 600), request("later", 600))  # ~2,400 switches
+        t0 = time.monotonic_ns()
+        await asyncio.gather(request("latest", 50, 0.0005), request("last", 50, 0.0005))
+        return logged, sys.getrefcount(name), t0, time.monotonic_ns()
+
+    logged, wrapped, t0, t1 = asyncio.run(main())
+    assert wrapped < logged, "the log still holds the name of a span it wrapped past"
+    assert _fastspan.held_by(threading.get_native_id(), t0, t1)[0] in ("latest", "last")
+
+
 def test_an_end_time_before_the_last_charge_gets_no_figures(c_hooks):
     tracer, _, slot, exporter = c_hooks
 
