@@ -247,16 +247,22 @@ def free_threaded_image() -> tuple[str, str]:
     return image, str(python)
 
 
+def musl_python() -> Path:
+    """scripts/musl-python.sh's CPython 3.13 on musl (built once, cached): its path."""
+    return Path(run(str(ROOT / "scripts" / "musl-python.sh"), "3.13").split()[-1])
+
+
 def build_musl_image(image: str) -> None:
     """MUSL_APP_DOCKERFILE's ``image``, by the engine's build cache, from a context made here:
     musl's libc, scripts/musl-python.sh's CPython 3.13 (without its static libpython and headers),
     Flask and gunicorn as pip on this host installs them for it (musllinux wheels; gunicorn's
     script pointed at the image's venv), the examples."""
-    prefix = Path(run(str(ROOT / "scripts" / "musl-python.sh"), "3.13").split()[-1]).parent.parent
+    prefix = musl_python().parent.parent
     with tempfile.TemporaryDirectory() as tmp:
         context = Path(tmp)
         shutil.copy(MUSL_LIBC, context / "libc.so")
-        shutil.copytree(prefix, context / "python", symlinks=True, ignore=shutil.ignore_patterns("config-3.*", "include"))
+        shutil.copytree(prefix, context / "python", symlinks=True,
+                        ignore=shutil.ignore_patterns("config-3.*", "include"))
         shutil.copytree(ROOT / "examples", context / "examples", ignore=shutil.ignore_patterns("__pycache__"))
         packages = context / "site-packages"
         run(sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile", "--target",
