@@ -13,9 +13,10 @@
 # the old tree.
 set -euo pipefail
 shopt -s inherit_errexit
+. "$(dirname "$0")/debian-pool.sh"
 cache=${OTEL_GIL_CACHE:-/var/cache/otel-gil}/cpython
 mirror=${OTEL_GIL_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+tool=freethreaded.sh
 configure_flags=(--disable-gil --enable-shared --with-ensurepip=install)
 
 source_of() {  # VERSION -> the source tarball's name in Debian's pool
@@ -25,34 +26,8 @@ source_of() {  # VERSION -> the source tarball's name in Debian's pool
     esac
 }
 
-debian_sha256() {  # TARBALL -> its SHA-256 in trixie's Sources index, the index verified first
-    local work=$1 name=$2 sums
-    curl -sSfL -o "$work/InRelease" "$mirror/dists/trixie/InRelease"
-    gpgv --keyring "$keyring" "$work/InRelease" 2>"$work/gpgv.log" \
-        || { cat "$work/gpgv.log" >&2; echo "freethreaded.sh: trixie's InRelease is not signed by Debian's archive key" >&2; return 1; }
-    curl -sSfL -o "$work/Sources.xz" "$mirror/dists/trixie/main/source/Sources.xz"
-    sums=$(awk '/^SHA256:/{s=1; next} /^[^ ]/{s=0} s && $3 == "main/source/Sources.xz" {print $1}' "$work/InRelease")
-    echo "$sums  $work/Sources.xz" | sha256sum -c --quiet - >&2 \
-        || { echo "freethreaded.sh: trixie's Sources.xz does not match its InRelease" >&2; return 1; }
-    xz -dc "$work/Sources.xz" | awk -v f="$name" '/^Checksums-Sha256:/{s=1; next} /^[^ ]/{s=0} s && $3 == f {print $1}'
-}
-
 fetch_source() {  # VERSION WORKDIR -> the verified tarball's path (downloaded once into the cache)
-    local v=$1 work=$2 name sha
-    name=$(source_of "$v")
-    sha=$(debian_sha256 "$work" "$name")
-    [ -n "$sha" ] || { echo "freethreaded.sh: $name is not in trixie's Sources index" >&2; return 1; }
-    if [ ! -e "$cache/src/$name" ]; then
-        mkdir -p "$cache/src"
-        curl -sSfL -o "$cache/src/$name.part" "$mirror/pool/main/p/python${v}/$name"
-        mv "$cache/src/$name.part" "$cache/src/$name"
-    fi
-    echo "$sha  $cache/src/$name" | sha256sum -c --quiet - >&2 || {
-        rm -f "$cache/src/$name"
-        echo "freethreaded.sh: $name does not match the SHA-256 of trixie's Sources ($sha): removed" >&2
-        return 1
-    }
-    echo "$cache/src/$name"
+    debian_source "python$1" "$(source_of "$1")" "$2"
 }
 
 build() {  # VERSION PREFIX: configure, make -j2, install into PREFIX through a staging root

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,10 +42,13 @@ SID_SLIM = "sid-slim"  # scripts/rootfs.sh's tree with Debian's python3.13
 # The app images: CPython version -> (base image, the interpreter in it).
 APP_BASES = {"3.11": ("docker.io/library/python:3.11-slim-bookworm", "python3"), "3.13": (None, "python3.13")}
 # CPythons the tree has no GIL figures for (the cluster test's): free-threaded (scripts/freethreaded.sh's
-# 3.13t, FREE_THREADED_APP_DOCKERFILE; no FastAPI: no cp313t pydantic-core) and bullseye's 3.9 (older
-# than the tree's SDK).
-EDGE_BASES = {"3.13t": ("free-threaded", None), "3.9": ("bullseye-slim", "python3.9")}
+# 3.13t, FREE_THREADED_APP_DOCKERFILE; no FastAPI: no cp313t pydantic-core), bullseye's 3.9 (older
+# than the tree's SDK) and a musl one (scripts/musl-python.sh's 3.13, MUSL_APP_DOCKERFILE: Flask alone).
+EDGE_BASES = {"3.13t": ("free-threaded", None), "3.9": ("bullseye-slim", "python3.9"), "3.13-musl": ("musl", None)}
 FREE_THREADED_APP_DOCKERFILE = ROOT / "examples" / "kube" / "free-threaded.Dockerfile"
+MUSL_APP_DOCKERFILE = ROOT / "examples" / "kube" / "musl.Dockerfile"
+MUSL_LIBC = Path("/lib/x86_64-linux-musl/libc.so")  # Debian's musl (musl-python.sh installs it)
+MUSL_PACKAGES = ["flask<4", "gunicorn<24"]  # the wsgi venv's of examples/kube/Dockerfile, less Django
 # The Operator's names (internal/instrumentation of its v0.158.0) and default Python env.
 INIT_CONTAINER = VOLUME = "opentelemetry-auto-instrumentation-python"
 MOUNT = "/otel-auto-instrumentation-python"
@@ -215,6 +219,9 @@ def build_operator_image(arch: str = "") -> str:
 def build_app_images(bases: dict | None = None) -> None:
     """The app images (no OpenTelemetry in them) of ``bases`` (APP_BASES), by the engine's build cache."""
     for python, (base, interpreter) in (bases or APP_BASES).items():
+        if base == "musl":
+            build_musl_image(app_image(python))
+            continue
         asgi = base != "free-threaded"
         if not asgi:
             base, interpreter = free_threaded_image()
@@ -238,6 +245,34 @@ def free_threaded_image() -> tuple[str, str]:
         run(ENGINE, "build", "-q", "-f", str(FREE_THREADED_APP_DOCKERFILE), "--ignorefile", str(ignore),
             "--build-arg", f"PREFIX={prefix}", "-t", image, str(prefix))
     return image, str(python)
+
+
+def musl_python() -> Path:
+    """scripts/musl-python.sh's CPython 3.13 on musl (built once, cached): its path."""
+    return Path(run(str(ROOT / "scripts" / "musl-python.sh"), "3.13").split()[-1])
+
+
+def build_musl_image(image: str) -> None:
+    """MUSL_APP_DOCKERFILE's ``image``, by the engine's build cache, from a context made here:
+    musl's libc, scripts/musl-python.sh's CPython 3.13 (without its static libpython and headers),
+    Flask and gunicorn as pip on this host installs them for it (musllinux wheels; gunicorn's
+    script pointed at the image's venv), the examples."""
+    prefix = musl_python().parent.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        context = Path(tmp)
+        shutil.copy(MUSL_LIBC, context / "libc.so")
+        shutil.copytree(prefix, context / "python", symlinks=True,
+                        ignore=shutil.ignore_patterns("config-3.*", "include"))
+        shutil.copytree(ROOT / "examples", context / "examples", ignore=shutil.ignore_patterns("__pycache__"))
+        packages = context / "site-packages"
+        run(sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile", "--target",
+            str(packages), "--only-binary=:all:", "--implementation", "cp", "--python-version", "3.13",
+            "--platform", f"musllinux_1_2_{os.uname().machine}", *MUSL_PACKAGES, timeout=600)
+        (packages / "bin").rename(context / "bin")
+        for script in (context / "bin").iterdir():
+            lines = script.read_text().splitlines(keepends=True)
+            script.write_text("".join(["#!/opt/wsgi/bin/python\n", *lines[1:]]))
+        run(ENGINE, "build", "-q", "-f", str(MUSL_APP_DOCKERFILE), "-t", image, str(context))
 
 
 def tree_image(name: str) -> str:

@@ -5,9 +5,10 @@ runs on the node with an address on the Pods' bridge; the OpenTelemetry Operator
 annotated as the README says; the example apps as plain Deployments so annotated, in a namespace
 enforcing PodSecurity restricted, serve from the Pods the controllers and the webhook make, export
 to Jaeger in the cluster and wait out a known hold; on a free-threaded CPython the app keeps its
-GIL off and its spans park for the known time, on 3.9 it serves uninstrumented and says why; and
-down leaves no process, mount, veth, bridge, cgroup or iptables chain behind. Started once for
-the module, down at its end also when a test failed."""
+GIL off and its spans park for the known time, on 3.9 it serves uninstrumented and says why, on
+musl it serves and its spans say why they carry no figures; and down leaves no process, mount,
+veth, bridge, cgroup or iptables chain behind. Started once for the module, down at its end also
+when a test failed."""
 
 from __future__ import annotations
 
@@ -35,8 +36,10 @@ JAEGER_IMAGE = "docker.io/jaegertracing/jaeger:2.13.0"  # scripts/images.sh's
 # The example apps as plain Deployments of images with no OpenTelemetry (examples/kube/Dockerfile):
 # each framework once, on two CPythons.
 APPS = [("flask", "3.11"), ("fastapi", "3.13"), ("django", "3.13")]
-# Flask on CPythons the tree has no GIL figures for (kube.EDGE_BASES): free-threaded, older than its SDK.
-FREE_THREADED, OLDER = EDGE = [("flask", python) for python in kube.EDGE_BASES]
+# Flask on CPythons the tree has no GIL figures for (kube.EDGE_BASES): free-threaded, older than its
+# SDK, on musl (its Pod template annotated for the Operator's musl tree).
+FREE_THREADED, OLDER, MUSL = EDGE = [("flask", python) for python in kube.EDGE_BASES]
+MUSL_PLATFORM = {"instrumentation.opentelemetry.io/otel-python-platform": "musl"}
 APP_PORT = 8000  # in each Pod's own network namespace
 RESTRICTED = {"runAsNonRoot": True, "runAsUser": 10001, "allowPrivilegeEscalation": False,
               "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
@@ -182,7 +185,8 @@ def app_deployment(app: str, python: str) -> dict:
            "DJANGO_SETTINGS_MODULE": "gilsite.settings", "DJANGO_ALLOWED_HOSTS": "$(POD_IP)",  # probes, requests
            "OTEL_BSP_SCHEDULE_DELAY": "1000", **kube.HOG}
     manifest = deployment(app_name(app, python), APPS_NAMESPACE,
-                          {"instrumentation.opentelemetry.io/inject-python": "otel-gil"})
+                          {"instrumentation.opentelemetry.io/inject-python": "otel-gil",
+                           **(MUSL_PLATFORM if (app, python) == MUSL else {})})
     manifest["spec"]["template"]["spec"]["containers"][0].update(
         image=kube.app_image(python), workingDir=app_dir,
         command=[a.replace("127.0.0.1", "0.0.0.0") for a in command(APP_PORT)],
@@ -301,6 +305,34 @@ def test_app_older_than_the_tree_serves_uninstrumented(apps):
     assert log.count(said) == 1 and "Traceback" not in log, log
     services = json.loads(kube.get_text(f"{apps}/api/services"))["data"] or []
     assert name not in services and control in services, services
+
+
+def test_musl_app_serves_and_its_spans_say_why_they_carry_no_figures(apps):
+    """Flask on gunicorn on musl (scripts/musl-python.sh's CPython 3.13 on musl's libc alone:
+    examples/kube/musl.Dockerfile), its Pod template annotated otel-python-platform: musl: the
+    webhook copies the musl tree (otel-gil without its C parts) and the app, on musl's extension
+    suffix, serves; its /blocked spans, read from Jaeger, say gil.status unsupported_interpreter
+    (the C part was not built) and carry no GIL figure, and no export failed."""
+    name = app_name(*MUSL)
+    pod = pod_of(name, APPS_NAMESPACE)
+    init = next(c for c in pod["spec"]["initContainers"] if c["name"] == kube.INIT_CONTAINER)
+    assert any(kube.TREES["musl"].rstrip(".") in arg for arg in init["command"]), init
+    url, operation = f"http://{pod['status']['podIP']}:{APP_PORT}", "GET /blocked"
+    since = time.time_ns() // 1000
+    answers = [kube.get_text(f"{url}/blocked") for _ in range(KNOWN_WAITS)]
+    spans = [s for s in kube.stack.wait_for_spans(name, operation, KNOWN_WAITS, timeout=60, since_us=since, base=apps)
+             if s["operationName"] == operation and s["tags"].get("span.kind") == "server"]
+    in_app = ("-n", APPS_NAMESPACE, pod["metadata"]["name"], "-c", "app")
+    log = cluster.kubectl("logs", *in_app)
+    assert len(spans) == KNOWN_WAITS, (answers, log)
+    tags = [s["tags"] for s in spans]
+    assert all(t.get("gil.status") == "unsupported_interpreter" and not {"gil.wait_ms", "gil.hold_ms"} & t.keys()
+               for t in tags), tags
+    suffix = cluster.kubectl("exec", *in_app, "--", "python", "-c",
+                             "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+    assert suffix.split() == [".cpython-313-x86_64-linux-musl.so"], suffix
+    assert "Failed to export" not in log and "Traceback" not in log, log
+    print(f"{name}: {len(spans)} /blocked spans say unsupported_interpreter; {answers[0].strip()}")
 
 
 def test_down_leaves_nothing(node):

@@ -2,7 +2,9 @@
 sets it, the tree first): the arm64 image (``make operator-image-arm64``) on arm64 busybox as user
 1000, every C extension of its tree aarch64 and loaded by sid's arm64 CPythons under
 qemu-user-static; the amd64 image's tree under a free-threaded CPython (no crash: its spans say
-gil_disabled) and under 3.9, which the tree lacks (the tree steps aside: the app runs on its own packages)."""
+gil_disabled) and under 3.9, which the tree lacks (the tree steps aside: the app runs on its own
+packages); its musl tree under a musl CPython (its extensions load, its spans say why they carry
+no figures)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import wheels  # noqa: E402
 
 ARM64_PYTHONS = ("3.13", "3.14", "3.15")  # scripts/rootfs.sh's sid-arm64
 EM_AARCH64 = 183  # ELF e_machine
-TREE = "autoinstrumentation/"  # the glibc tree in the image
+TREE, MUSL_TREE = "autoinstrumentation/", "autoinstrumentation-musl/"  # the glibc and musl trees in the image
 MOUNT = "/mnt"  # where the tree is bound in a Debian tree (a mount namespace of its own: the cache is not written)
 PYTHONPATH = f"{MOUNT}/opentelemetry/instrumentation/auto_instrumentation:{MOUNT}"
 # Each C extension of the tree that this interpreter picks (its own EXT_SUFFIX first, then abi3),
@@ -57,17 +59,17 @@ OTEL_ENV = {"OTEL_SERVICE_NAME": "app", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/pro
             "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none"}
 
 
-def extract_tree(image: str, dest: Path) -> Path:
-    """The image's /autoinstrumentation, exported into ``dest``."""
+def extract_tree(image: str, dest: Path, tree: str = TREE) -> Path:
+    """The image's ``tree`` (/autoinstrumentation), exported into ``dest``."""
     container = kube.run(kube.ENGINE, "create", image, "true").strip()
     try:
         export = subprocess.Popen([kube.ENGINE, "export", container], stdout=subprocess.PIPE)
         with tarfile.open(fileobj=export.stdout, mode="r|") as tar:
-            tar.extractall(dest, filter=lambda m, _: m if m.name.removeprefix("./").startswith(TREE) else None)
+            tar.extractall(dest, filter=lambda m, _: m if m.name.removeprefix("./").startswith(tree) else None)
         assert export.wait() == 0
     finally:
         kube.run(kube.ENGINE, "rm", container, check=False)
-    return dest / TREE
+    return dest / tree
 
 
 def in_tree(rootfs: Path, tree: Path, *argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -130,12 +132,21 @@ def test_arm64_app_with_the_tree_has_figures_under_qemu(arm64_tree):
 
 
 @pytest.fixture(scope="module")
-def amd64_tree(tmp_path_factory) -> Path:
+def amd64_image() -> str:
     try:
-        image = kube.build_operator_image()
+        return kube.build_operator_image()
     except kube.KubeError as exc:
         pytest.fail(f"make operator-image failed (images and wheels first: make images wheels): {exc}")
-    return extract_tree(image, tmp_path_factory.mktemp("amd64"))
+
+
+@pytest.fixture(scope="module")
+def amd64_tree(amd64_image, tmp_path_factory) -> Path:
+    return extract_tree(amd64_image, tmp_path_factory.mktemp("amd64"))
+
+
+@pytest.fixture(scope="module")
+def musl_tree(amd64_image, tmp_path_factory) -> Path:
+    return extract_tree(amd64_image, tmp_path_factory.mktemp("musl"), MUSL_TREE)
 
 
 def test_free_threaded_app_with_the_tree_says_gil_disabled(amd64_tree):
@@ -164,3 +175,23 @@ def test_python_the_tree_lacks_runs_uninstrumented(amd64_tree):
     assert "No module named 'opentelemetry'" in done.stderr, done.stderr
     said = "otel-gil: CPython 3.9 is older than the instrumentation tree's 3.10: not instrumented\n"
     assert done.stderr.startswith(said), done.stderr
+
+
+def test_musl_cpython_loads_the_musl_tree_and_its_spans_say_why(musl_tree):
+    """musl's CPython 3.13 (scripts/musl-python.sh's, on musl's libc alone) with the musl tree:
+    every C extension of the tree it picks (musllinux wheels': wrapt's, psutil's,
+    charset-normalizer's) imports; with the tree on PYTHONPATH as the Operator sets it, a span says
+    unsupported_interpreter (otel-gil there has no C parts) and carries no GIL figure."""
+    python = str(kube.musl_python())
+    done = subprocess.run([python, "-c", LOAD_ALL, str(musl_tree)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout)
+    assert {"wrapt._wrappers", "psutil._psutil_linux", "charset_normalizer.md"} <= loaded.keys(), loaded
+    assert {m: e for m, e in loaded.items() if e} == {}, loaded
+    done = subprocess.run([python, "-c", SPAN], capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", **OTEL_ENV,
+                               "PYTHONPATH": PYTHONPATH.replace(MOUNT, str(musl_tree))})
+    assert done.returncode == 0, done.stderr[-3000:]
+    attributes = json.loads(done.stdout)["attributes"]
+    assert attributes.get("gil.status") == "unsupported_interpreter", (attributes, done.stderr[-3000:])
+    assert not {"gil.wait_ms", "gil.hold_ms"} & attributes.keys(), attributes
