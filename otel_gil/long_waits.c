@@ -19,7 +19,8 @@ static int ready = 0;   /* 1: initialized, -1: failed for good (the Python hooks
 static PyObject *threads_dict, *ident_property, *name_property, *s_t_private_ident, *s_t_private_name;
 static PyObject *wait_spans_dict, *handed_name, *closed; /* wait_spans' dict, _HANDED, _CLOSED */
 static PyObject *threads_module, *wait_spans_module, *event_type, *bounded_type, *context_var, *span_key;
-static PyObject *s_end_time, *s_memory, *s_freed, *s_owners, *s_horizon, *s_since, *s_running, *s_ended, *s_ref, *s_ident,
+static PyObject *s_end_time, *s_memory, *s_generation, *s_freed, *s_owners, *s_horizon, *s_since, *s_running, *s_ended,
+	*s_ref, *s_ident,
 	*s_o_name, *s_t_ident, *s_t_name, *s_threshold, *s_events, *s_dq, *s_limits,
 	*s_max_event_attrs, *s_max_attr_len, *s_o_dict, *s_immutable, *s_append, *s_lock, *s_maxlen_dq;
 static PyObject *k_wait_ms, *k_b_native, *k_b_id, *k_b_name, *k_b_hold, *k_bs_native, *k_bs_name, *k_bs_hold,
@@ -75,7 +76,8 @@ static int init(void)
 		PyObject **slot;
 		const char *text;
 	} names[] = {
-		{&s_end_time, "_end_time"}, {&s_memory, "_memory"}, {&s_freed, "freed"}, {&s_owners, "owners"}, {&s_horizon, "horizon_ns"},
+		{&s_end_time, "_end_time"}, {&s_memory, "_memory"}, {&s_generation, "generation"}, {&s_freed, "freed"},
+		{&s_owners, "owners"}, {&s_horizon, "horizon_ns"},
 		{&s_since, "since_ns"}, {&s_running, "running_ns"}, {&s_ended, "ended_ns"}, {&s_ref, "ref"},
 		{&s_ident, "ident"}, {&s_o_name, "name"}, {&s_t_private_ident, "_ident"}, {&s_t_private_name, "_name"},
 		{&s_threshold, "threshold_ns"}, {&s_events, "_events"},
@@ -149,68 +151,124 @@ static PyObject *thread_property(PyObject *thread, PyObject *name, PyObject *pro
 	return _PyType_Lookup(Py_TYPE(thread), name) == property ? lookup(thread, private) : PyObject_GetAttr(thread, name);
 }
 
+/* What owner() read of threads' memory for a kernel id (its owners, their times, weak
+ * references and the horizon), kept while the memory is the same object at the same
+ * generation (threads._Memory changes it last in each change of its owners): the name
+ * itself is read anew each time (a rename changes no generation). */
+#define KEPT_TIDS 8
+static struct kept {
+	uint32_t tid;
+	int n; /* its owners, 0: the entry is free */
+	int64_t since[MAX_OWNERS], running[MAX_OWNERS], ended[MAX_OWNERS];
+	int has_end[MAX_OWNERS];
+	PyObject *owner[MAX_OWNERS], *ref[MAX_OWNERS]; /* new references: the _Owner, its ref */
+} kept[KEPT_TIDS];
+static PyObject *kept_memory; /* a new reference: the memory kept is of */
+static long kept_generation;
+static int64_t kept_horizon;
+static unsigned next_kept;
+
+static void forget(struct kept *k)
+{
+	for (int i = 0; i < k->n; i++) {
+		Py_CLEAR(k->owner[i]);
+		Py_CLEAR(k->ref[i]);
+	}
+	k->n = 0;
+}
+
+/* tid's owners as threads' memory has them now, its freed threads settled, and at most
+ * MAX_OWNERS: an entry of kept (the horizon in kept_horizon), or NULL where only threads.owner
+ * can tell (memory not kept, /proc to read, freed threads to settle); perhaps an error set. */
+static struct kept *kept_of(uint32_t tid)
+{
+	PyObject *memory = PyDict_GetItemWithError(threads_dict, s_memory); /* borrowed */
+	if (memory == NULL || memory == Py_None)
+		return NULL;
+	PyObject *freed = lookup(memory, s_freed), *generation = lookup(memory, s_generation);
+	int ok = generation != NULL;
+	long gen = ok ? long_value(generation, &ok) : 0;
+	ok &= freed != NULL && PyObject_Length(freed) == 0; /* else owners to settle first: Memory.known's */
+	Py_XDECREF(freed);
+	Py_XDECREF(generation);
+	if (!ok)
+		return NULL;
+	if (memory != kept_memory || gen != kept_generation) {
+		for (int i = 0; i < KEPT_TIDS; i++)
+			forget(&kept[i]);
+		Py_CLEAR(kept_memory);
+		PyObject *horizon = lookup(memory, s_horizon);
+		kept_horizon = as_i64(horizon, &ok);
+		Py_XDECREF(horizon);
+		if (!ok)
+			return NULL;
+		Py_INCREF(memory);
+		kept_memory = memory, kept_generation = gen;
+	}
+	for (int i = 0; i < KEPT_TIDS; i++)
+		if (kept[i].n && kept[i].tid == tid)
+			return &kept[i];
+	PyObject *owners = lookup(memory, s_owners), *key = PyLong_FromUnsignedLong(tid);
+	PyObject *list = owners && key && PyDict_CheckExact(owners) ? PyDict_GetItemWithError(owners, key) : NULL;
+	Py_ssize_t n = list && PyList_CheckExact(list) ? PyList_GET_SIZE(list) : 0;
+	struct kept *k = n > 0 && n <= MAX_OWNERS ? &kept[next_kept++ % KEPT_TIDS] : NULL;
+	if (k != NULL) {
+		forget(k);
+		k->tid = tid;
+		for (Py_ssize_t i = 0; i < n && ok; i++) {
+			PyObject *o = PyList_GET_ITEM(list, i);
+			PyObject *s = lookup(o, s_since), *r = lookup(o, s_running), *e = lookup(o, s_ended);
+			k->since[i] = as_i64(s, &ok);
+			k->running[i] = as_i64(r, &ok);
+			k->has_end[i] = e != NULL && e != Py_None;
+			k->ended[i] = k->has_end[i] ? as_i64(e, &ok) : 0;
+			k->ref[i] = lookup(o, s_ref);
+			ok &= e != NULL && k->ref[i] != NULL;
+			Py_INCREF(o);
+			k->owner[i] = o, k->n = (int)i + 1;
+			Py_XDECREF(s);
+			Py_XDECREF(r);
+			Py_XDECREF(e);
+		}
+		if (!ok) {
+			forget(k);
+			k = NULL;
+		}
+	}
+	Py_XDECREF(owners);
+	Py_XDECREF(key);
+	return k;
+}
+
 /* who(tid, start, end) = otel_gil.threads.owner for a tid whose owners threads knows
  * (a start it saw): *ident and *name new references (None where not known); 0, or -1
- * where only the Python function can tell (memory not kept, /proc to read, freed
- * threads to settle). */
+ * where only the Python function can tell (kept_of). */
 static int owner(uint32_t tid, uint64_t start_ns, uint64_t end_ns, PyObject **ident, PyObject **name)
 {
 	*ident = *name = NULL;
-	PyObject *memory = PyDict_GetItemWithError(threads_dict, s_memory), *freed = NULL, *owners = NULL, *key = NULL, *list = NULL;
-	int rc = -1, ok = 1;
-	Py_XINCREF(memory);
-	if (memory == NULL || memory == Py_None)
-		goto done;
-	freed = lookup(memory, s_freed);
-	if (freed == NULL || PyObject_Length(freed) != 0)
-		goto done; /* owners to settle first: Memory.known's */
-	owners = lookup(memory, s_owners);
-	key = PyLong_FromUnsignedLong(tid);
-	list = owners && key && PyDict_CheckExact(owners) ? PyDict_GetItemWithError(owners, key) : NULL;
-	if (list == NULL || !PyList_CheckExact(list) || PyList_GET_SIZE(list) == 0)
-		goto done;
-	Py_ssize_t n = PyList_GET_SIZE(list);
-	if (n > MAX_OWNERS)
-		goto done;
-	PyObject *horizon_obj = lookup(memory, s_horizon);
-	int64_t horizon = as_i64(horizon_obj, &ok);
-	Py_XDECREF(horizon_obj);
-	int64_t since[MAX_OWNERS], running[MAX_OWNERS], ended[MAX_OWNERS];
-	int has_end[MAX_OWNERS];
-	for (Py_ssize_t i = 0; i < n && ok; i++) {
-		PyObject *o = PyList_GET_ITEM(list, i);
-		PyObject *s = lookup(o, s_since), *r = lookup(o, s_running), *e = lookup(o, s_ended);
-		since[i] = as_i64(s, &ok);
-		running[i] = as_i64(r, &ok);
-		has_end[i] = e != NULL && e != Py_None;
-		ended[i] = has_end[i] ? as_i64(e, &ok) : 0;
-		ok &= e != NULL;
-		Py_XDECREF(s);
-		Py_XDECREF(r);
-		Py_XDECREF(e);
-	}
-	if (!ok)
+	const struct kept *k = kept_of(tid);
+	int rc = k ? 0 : -1;
+	if (k == NULL)
 		goto done;
 	int64_t s0 = (int64_t)start_ns, e0 = (int64_t)end_ns;
-	rc = 0;
-	if (has_end[n - 1] && e0 >= ended[n - 1])
+	int n = k->n;
+	if (k->has_end[n - 1] && e0 >= k->ended[n - 1])
 		goto done; /* past its seen end */
-	Py_ssize_t could = -1, count = 0;
-	for (Py_ssize_t i = 0; i < n; i++)
-		if (since[i] <= e0 && (!has_end[i] || s0 < ended[i]) && (i + 1 == n || s0 < running[i + 1]))
+	int could = -1, count = 0;
+	for (int i = 0; i < n; i++)
+		if (k->since[i] <= e0 && (!k->has_end[i] || s0 < k->ended[i]) && (i + 1 == n || s0 < k->running[i + 1]))
 			could = i, count++;
-	if (count != 1 || (s0 < running[0] && s0 < horizon))
+	if (count != 1 || (s0 < k->running[0] && s0 < kept_horizon))
 		goto done;
-	PyObject *o = PyList_GET_ITEM(list, could), *ref = lookup(o, s_ref);
+	PyObject *o = k->owner[could], *ref = k->ref[could];
 	PyObject *thread = NULL; /* a new reference: the Thread while it lives */
 #if PY_3_13_OR_LATER
-	if (ref && PyWeakref_Check(ref) && PyWeakref_GetRef(ref, &thread) < 0) {
-		Py_DECREF(ref);
+	if (PyWeakref_Check(ref) && PyWeakref_GetRef(ref, &thread) < 0) {
 		rc = -1;
 		goto done;
 	}
 #else
-	thread = ref && PyWeakref_Check(ref) ? PyWeakref_GetObject(ref) : NULL;
+	thread = PyWeakref_Check(ref) ? PyWeakref_GetObject(ref) : NULL;
 	Py_XINCREF(thread);
 #endif
 	*ident = lookup(o, s_ident);
@@ -225,7 +283,6 @@ static int owner(uint32_t tid, uint64_t start_ns, uint64_t end_ns, PyObject **id
 		Py_XSETREF(*name, nm);
 	}
 	Py_XDECREF(thread);
-	Py_XDECREF(ref);
 done:
 	if (rc == 0 && *ident == NULL) {
 		Py_INCREF(Py_None), *ident = Py_None;
@@ -235,10 +292,6 @@ done:
 		Py_CLEAR(*ident);
 		Py_CLEAR(*name);
 	}
-	Py_XDECREF(memory);
-	Py_XDECREF(freed);
-	Py_XDECREF(owners);
-	Py_XDECREF(key);
 	clear_error();
 	return rc;
 }
@@ -611,16 +664,8 @@ int long_waits_read(Start *start, PyObject *span, uint64_t now, const struct cou
 	int n = 0, failed = 0, listed = nt < LISTED ? nt : LISTED, rc = 0;
 	if (located < 0 || (located == 1 && start->metrics != Py_None) || (nt && others_in_spans(Py_None)))
 		goto done; /* an error; a miss to count; a span the blocker may be in: the Python hooks */
-	if (nt) { /* a switching thread: its log tells whose code ran (_fastspan.held_by) */
-		PyObject *args[] = {PyLong_FromUnsignedLong(tids[0]), PyLong_FromUnsignedLongLong(w_start),
-				    PyLong_FromUnsignedLongLong(w_end)};
-		PyObject *held = args[0] && args[1] && args[2] ? contexts_held_by(NULL, args, 3) : NULL;
-		for (int i = 0; i < 3; i++)
-			Py_XDECREF(args[i]);
-		Py_XDECREF(held);
-		if (held != Py_None)
-			goto done;
-	}
+	if (nt && contexts_switching(tids[0]))
+		goto done; /* a switching thread: its log tells whose code ran (_fastspan.held_by) */
 	uint32_t blocker = nt ? tids[0] : w_blocker;
 	if (owner(blocker, w_start, w_end, &ident, &name) < 0)
 		goto done;
