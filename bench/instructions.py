@@ -11,9 +11,11 @@ Each figure is the difference between two runs of one process, N and N + --spans
 Counted by ``perf stat -e instructions:u`` where the CPU's counters are there, else by
 valgrind (cachegrind, no cache simulation): its count is exact, so a few thousand spans do.
 Spans are calm (no long wait: its threshold is set past any span, as valgrind's slowness
-would otherwise make one), or (--long-spans) each waits 4 ms for the GIL a thread named
-"blocker" holds through a ctypes.PyDLL call, past the 1 ms long wait: the figure is per span
-that names it (at least half of them must, or the run fails). The median of --repeats. Writes the section "instructions" of
+would otherwise make one), or (--long-spans) each waits 20 ms for the GIL a thread named
+"blocker" holds through a ctypes.PyDLL call, past the 1 ms long wait (and short of the switch
+interval, set to 100 ms: no forced switch): the figure is per span that names it (at least half
+of them must, or the run fails; with a 4 ms hold, a loaded machine ran the span's thread after
+the hold in more than half of them under valgrind). The median of --repeats. Writes the section "instructions" of
 bench/RESULTS.md (with --baseline: "instructions against a baseline").
 
 A process's count moves with where its objects land (CPython's type and attribute caches,
@@ -40,14 +42,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 import results  # noqa: E402
 
+# The providers get a resource of their own: TracerProvider() runs the resource detectors in a
+# thread pool that starts one thread or two as the OS schedules them, ~145,000 instructions more
+# or less in a process at random (1,450 per span in a figure of 100 spans).
 TRACER = r"""
 import sys
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from otel_gil.inprocess import InProcess
 from otel_gil.spans import GilSpanProcessor, hook_provider
 registration = InProcess(long_wait_ns=LONG_WAIT_NS)
 registration.start()
-provider = TracerProvider()
+provider = TracerProvider(resource=Resource({}))  # (see above)
 import random
 random.seed(0)  # the same span and trace ids in every process
 if sys.argv[2] == "1":
@@ -66,6 +72,7 @@ if sys.argv[2] == "1":
     from otel_gil import threads
     threads.watch_starts()  # as GilInstrumentor does: the blocker's name without reading /proc
 usleep = ctypes.PyDLL(None).usleep  # holds the GIL through the call
+sys.setswitchinterval(0.1)  # past the hold: no forced switch (a 4 ms hold has none at native speed)
 go, entered = threading.Lock(), threading.Lock()
 go.acquire()
 entered.acquire()
@@ -75,7 +82,7 @@ def hold():
     while True:
         go.acquire()
         entered.release()
-        usleep(4000)  # this thread holds the GIL 4 ms meanwhile
+        usleep(20000)  # this thread holds the GIL 20 ms meanwhile
 
 
 threading.Thread(target=hold, name="blocker", daemon=True).start()
@@ -83,7 +90,7 @@ named = 0
 for _ in range(int(sys.argv[1])):
     span = tracer.start_span("op")
     go.release()
-    entered.acquire()  # the blocker took the GIL: this thread waits for it 4 ms
+    entered.acquire()  # the blocker took the GIL: this thread waits for it 20 ms
     span.end()
     named += span.attributes.get("gil.top_blocker.thread.name") == "blocker"
 print(f"named {named}", file=sys.stderr)
@@ -129,7 +136,7 @@ async def main():
 asyncio.run(main())
 """
 WARM = 500  # the shorter run's count
-LONG_WARM = 20  # the shorter run's count of spans with a long wait (4 ms each)
+LONG_WARM = 20  # the shorter run's count of spans with a long wait (20 ms each)
 NAMED = 0.5  # share of the spans with a long wait that must name their blocker (under load, the OS runs the span's
 # thread after the blocker's hold now and then: no wait then)
 LONG = "span with a long wait, blocker named"
@@ -227,7 +234,7 @@ def main() -> int:
     parser.add_argument("--baseline", type=Path, help="another otel-gil checkout (C parts built in place)")
     parser.add_argument("--spans", type=int, default=1_000)
     parser.add_argument("--pairs", type=int, default=5_000)
-    parser.add_argument("--long-spans", type=int, default=100, help="spans with a long wait (4 ms each)")
+    parser.add_argument("--long-spans", type=int, default=100, help="spans with a long wait (20 ms each)")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--requests", type=int, default=0, help="also FastAPI requests per route (0: none)")
     parser.add_argument("--tool", choices=("auto", "perf", "valgrind"), default="auto")

@@ -41,6 +41,7 @@ static uint64_t epoch = 1; /* bumped as tracking stops: a span started before mi
 static PyObject *otel_var; /* OpenTelemetry's ContextVar of the current context */
 static PyObject *span_key; /* its key of the current span */
 static PyObject *s_charges_key, *s_parent, *s_context, *s_name;
+static Py_ssize_t logs; /* threads' Charges with a log (none: held_by has no thread to look for) */
 
 /* ---------------------------------------------------------------- per thread */
 
@@ -109,6 +110,7 @@ static void Charges_dealloc(Charges *self)
 		for (int i = 0; i < LOG_LEN; i++)
 			Py_XDECREF(self->log[i].name);
 		PyMem_Free(self->log);
+		logs--;
 	}
 	for (int i = 0; i < SEEN_LEN; i++) {
 		Py_XDECREF(self->seen[i].key);
@@ -266,6 +268,8 @@ static SWITCH_COLD void start_log(Charges *tc)
 {
 	if ((tc->log = PyMem_Calloc(LOG_LEN, sizeof(struct switch_entry))) == NULL)
 		PyErr_Clear(); /* no blame by request on this thread, figures unaffected */
+	else
+		logs++;
 }
 
 /* A switch seen by a hook: charge what ran, then whose code runs in the context now current.
@@ -399,6 +403,8 @@ void context_start(Hooks *hooks, Start *start, PyObject *span)
 /* The Charges of the interpreter's thread with kernel tid `tid` that logs its switches (borrowed), or NULL. */
 static Charges *switching_thread(unsigned long tid)
 {
+	if (logs == 0)
+		return NULL;
 	PyInterpreterState *interp = PyThreadState_GetInterpreter(PyThreadState_Get());
 	for (PyThreadState *t = PyInterpreterState_ThreadHead(interp); t != NULL; t = PyThreadState_Next(t)) {
 		PyObject *found = t->dict ? PyDict_GetItemWithError(t->dict, s_charges_key) : NULL;
@@ -635,6 +641,11 @@ PyObject *contexts_held_by(PyObject *module, PyObject *const *args, Py_ssize_t n
 	char id[17];
 	PyOS_snprintf(id, sizeof(id), "%016llx", (unsigned long long)tally[best].span_id);
 	return Py_BuildValue("(Os)", tally[best].name, id);
+}
+
+int contexts_switching(unsigned long tid)
+{
+	return switching_thread(tid) != NULL;
 }
 
 int contexts_init(PyObject *module)

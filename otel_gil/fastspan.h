@@ -254,6 +254,8 @@ HIDDEN PyObject *contexts_track(PyObject *module, PyObject *const *args, Py_ssiz
 HIDDEN PyObject *contexts_untrack(PyObject *module, PyObject *unused);
 HIDDEN PyObject *contexts_hook_modules(PyObject *module, PyObject *unused);
 HIDDEN PyObject *contexts_held_by(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+/* Whether the thread of kernel id tid logs its context switches (held_by tells of it, not None). */
+HIDDEN int contexts_switching(unsigned long tid);
 /* A context entered or left where no hook of context_switches.c sees it: a charge point
  * (with the GIL; any exception the caller has set is kept). */
 HIDDEN void context_switched(void);

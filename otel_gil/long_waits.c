@@ -19,7 +19,9 @@ static int ready = 0;   /* 1: initialized, -1: failed for good (the Python hooks
 static PyObject *threads_dict, *ident_property, *name_property, *s_t_private_ident, *s_t_private_name;
 static PyObject *wait_spans_dict, *handed_name, *closed; /* wait_spans' dict, _HANDED, _CLOSED */
 static PyObject *threads_module, *wait_spans_module, *event_type, *bounded_type, *context_var, *span_key;
-static PyObject *s_end_time, *s_memory, *s_freed, *s_owners, *s_horizon, *s_since, *s_running, *s_ended, *s_ref, *s_ident,
+static PyObject *deque_type, *deque_maxlen, *deque_append; /* collections.deque's, its maxlen and append (borrowed) */
+static PyObject *s_end_time, *s_memory, *s_generation, *s_freed, *s_owners, *s_horizon, *s_since, *s_running, *s_ended,
+	*s_ref, *s_ident,
 	*s_o_name, *s_t_ident, *s_t_name, *s_threshold, *s_events, *s_dq, *s_limits,
 	*s_max_event_attrs, *s_max_attr_len, *s_o_dict, *s_immutable, *s_append, *s_lock, *s_maxlen_dq;
 static PyObject *k_wait_ms, *k_b_native, *k_b_id, *k_b_name, *k_b_hold, *k_bs_native, *k_bs_name, *k_bs_hold,
@@ -75,7 +77,8 @@ static int init(void)
 		PyObject **slot;
 		const char *text;
 	} names[] = {
-		{&s_end_time, "_end_time"}, {&s_memory, "_memory"}, {&s_freed, "freed"}, {&s_owners, "owners"}, {&s_horizon, "horizon_ns"},
+		{&s_end_time, "_end_time"}, {&s_memory, "_memory"}, {&s_generation, "generation"}, {&s_freed, "freed"},
+		{&s_owners, "owners"}, {&s_horizon, "horizon_ns"},
 		{&s_since, "since_ns"}, {&s_running, "running_ns"}, {&s_ended, "ended_ns"}, {&s_ref, "ref"},
 		{&s_ident, "ident"}, {&s_o_name, "name"}, {&s_t_private_ident, "_ident"}, {&s_t_private_name, "_name"},
 		{&s_threshold, "threshold_ns"}, {&s_events, "_events"},
@@ -105,6 +108,13 @@ static int init(void)
 	};
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]) && !PyErr_Occurred(); i++)
 		*keys[i].slot = key_of(semconv, keys[i].prefix, keys[i].suffix);
+	PyObject *collections = PyImport_ImportModule("collections");
+	deque_type = attr_of(collections, "deque");
+	Py_XDECREF(collections);
+	if (deque_type && PyType_Check(deque_type) && s_maxlen_dq && s_append) {
+		deque_maxlen = _PyType_Lookup((PyTypeObject *)deque_type, s_maxlen_dq);
+		deque_append = _PyType_Lookup((PyTypeObject *)deque_type, s_append);
+	}
 	Py_XDECREF(semconv);
 	Py_XDECREF(sdk);
 	Py_XDECREF(attributes);
@@ -113,15 +123,22 @@ static int init(void)
 	Py_XDECREF(runtime);
 	int ok = !PyErr_Occurred() && threads_dict && ident_property && name_property && wait_spans_dict && closed &&
 		 handed_name && PyUnicode_CheckExact(handed_name) &&
-		 event_type && bounded_type && context_var && span_key && init_models() == 0;
+		 event_type && bounded_type && context_var && span_key && deque_maxlen && Py_TYPE(deque_maxlen)->tp_descr_get &&
+		 deque_append && init_models() == 0;
 	PyErr_Clear();
 	return ok ? 1 : -1;
 }
 
 /* round(ns / 1e6, 3) as Python has it (blame._ms): the decimal nearest ns / 1e6 as a double
  * (ties: by the side of the exact half the double ns / 1e6 lies on, which round() decides by). */
+static PyObject *zero_ms; /* 0.0: a wait's figures are often that */
+
 static PyObject *ms3(int64_t ns)
 {
+	if (ns == 0 && zero_ms != NULL) {
+		Py_INCREF(zero_ms);
+		return zero_ms;
+	}
 	int negative = ns < 0;
 	uint64_t a = negative ? -(uint64_t)ns : (uint64_t)ns, q = a / 1000, r = a % 1000;
 	if (r > 500) {
@@ -149,68 +166,124 @@ static PyObject *thread_property(PyObject *thread, PyObject *name, PyObject *pro
 	return _PyType_Lookup(Py_TYPE(thread), name) == property ? lookup(thread, private) : PyObject_GetAttr(thread, name);
 }
 
+/* What owner() read of threads' memory for a kernel id (its owners, their times, weak
+ * references and the horizon), kept while the memory is the same object at the same
+ * generation (threads._Memory changes it last in each change of its owners): the name
+ * itself is read anew each time (a rename changes no generation). */
+#define KEPT_TIDS 8
+static struct kept {
+	uint32_t tid;
+	int n; /* its owners, 0: the entry is free */
+	int64_t since[MAX_OWNERS], running[MAX_OWNERS], ended[MAX_OWNERS];
+	int has_end[MAX_OWNERS];
+	PyObject *owner[MAX_OWNERS], *ref[MAX_OWNERS]; /* new references: the _Owner, its ref */
+} kept[KEPT_TIDS];
+static PyObject *kept_memory; /* a new reference: the memory kept is of */
+static long kept_generation;
+static int64_t kept_horizon;
+static unsigned next_kept;
+
+static void forget(struct kept *k)
+{
+	for (int i = 0; i < k->n; i++) {
+		Py_CLEAR(k->owner[i]);
+		Py_CLEAR(k->ref[i]);
+	}
+	k->n = 0;
+}
+
+/* tid's owners as threads' memory has them now, its freed threads settled, and at most
+ * MAX_OWNERS: an entry of kept (the horizon in kept_horizon), or NULL where only threads.owner
+ * can tell (memory not kept, /proc to read, freed threads to settle); perhaps an error set. */
+static struct kept *kept_of(uint32_t tid)
+{
+	PyObject *memory = PyDict_GetItemWithError(threads_dict, s_memory); /* borrowed */
+	if (memory == NULL || memory == Py_None)
+		return NULL;
+	PyObject *freed = lookup(memory, s_freed), *generation = lookup(memory, s_generation);
+	int ok = generation != NULL;
+	long gen = ok ? long_value(generation, &ok) : 0;
+	ok &= freed != NULL && PyObject_Length(freed) == 0; /* else owners to settle first: Memory.known's */
+	Py_XDECREF(freed);
+	Py_XDECREF(generation);
+	if (!ok)
+		return NULL;
+	if (memory != kept_memory || gen != kept_generation) {
+		for (int i = 0; i < KEPT_TIDS; i++)
+			forget(&kept[i]);
+		Py_CLEAR(kept_memory);
+		PyObject *horizon = lookup(memory, s_horizon);
+		kept_horizon = as_i64(horizon, &ok);
+		Py_XDECREF(horizon);
+		if (!ok)
+			return NULL;
+		Py_INCREF(memory);
+		kept_memory = memory, kept_generation = gen;
+	}
+	for (int i = 0; i < KEPT_TIDS; i++)
+		if (kept[i].n && kept[i].tid == tid)
+			return &kept[i];
+	PyObject *owners = lookup(memory, s_owners), *key = PyLong_FromUnsignedLong(tid);
+	PyObject *list = owners && key && PyDict_CheckExact(owners) ? PyDict_GetItemWithError(owners, key) : NULL;
+	Py_ssize_t n = list && PyList_CheckExact(list) ? PyList_GET_SIZE(list) : 0;
+	struct kept *k = n > 0 && n <= MAX_OWNERS ? &kept[next_kept++ % KEPT_TIDS] : NULL;
+	if (k != NULL) {
+		forget(k);
+		k->tid = tid;
+		for (Py_ssize_t i = 0; i < n && ok; i++) {
+			PyObject *o = PyList_GET_ITEM(list, i);
+			PyObject *s = lookup(o, s_since), *r = lookup(o, s_running), *e = lookup(o, s_ended);
+			k->since[i] = as_i64(s, &ok);
+			k->running[i] = as_i64(r, &ok);
+			k->has_end[i] = e != NULL && e != Py_None;
+			k->ended[i] = k->has_end[i] ? as_i64(e, &ok) : 0;
+			k->ref[i] = lookup(o, s_ref);
+			ok &= e != NULL && k->ref[i] != NULL;
+			Py_INCREF(o);
+			k->owner[i] = o, k->n = (int)i + 1;
+			Py_XDECREF(s);
+			Py_XDECREF(r);
+			Py_XDECREF(e);
+		}
+		if (!ok) {
+			forget(k);
+			k = NULL;
+		}
+	}
+	Py_XDECREF(owners);
+	Py_XDECREF(key);
+	return k;
+}
+
 /* who(tid, start, end) = otel_gil.threads.owner for a tid whose owners threads knows
  * (a start it saw): *ident and *name new references (None where not known); 0, or -1
- * where only the Python function can tell (memory not kept, /proc to read, freed
- * threads to settle). */
+ * where only the Python function can tell (kept_of). */
 static int owner(uint32_t tid, uint64_t start_ns, uint64_t end_ns, PyObject **ident, PyObject **name)
 {
 	*ident = *name = NULL;
-	PyObject *memory = PyDict_GetItemWithError(threads_dict, s_memory), *freed = NULL, *owners = NULL, *key = NULL, *list = NULL;
-	int rc = -1, ok = 1;
-	Py_XINCREF(memory);
-	if (memory == NULL || memory == Py_None)
-		goto done;
-	freed = lookup(memory, s_freed);
-	if (freed == NULL || PyObject_Length(freed) != 0)
-		goto done; /* owners to settle first: Memory.known's */
-	owners = lookup(memory, s_owners);
-	key = PyLong_FromUnsignedLong(tid);
-	list = owners && key && PyDict_CheckExact(owners) ? PyDict_GetItemWithError(owners, key) : NULL;
-	if (list == NULL || !PyList_CheckExact(list) || PyList_GET_SIZE(list) == 0)
-		goto done;
-	Py_ssize_t n = PyList_GET_SIZE(list);
-	if (n > MAX_OWNERS)
-		goto done;
-	PyObject *horizon_obj = lookup(memory, s_horizon);
-	int64_t horizon = as_i64(horizon_obj, &ok);
-	Py_XDECREF(horizon_obj);
-	int64_t since[MAX_OWNERS], running[MAX_OWNERS], ended[MAX_OWNERS];
-	int has_end[MAX_OWNERS];
-	for (Py_ssize_t i = 0; i < n && ok; i++) {
-		PyObject *o = PyList_GET_ITEM(list, i);
-		PyObject *s = lookup(o, s_since), *r = lookup(o, s_running), *e = lookup(o, s_ended);
-		since[i] = as_i64(s, &ok);
-		running[i] = as_i64(r, &ok);
-		has_end[i] = e != NULL && e != Py_None;
-		ended[i] = has_end[i] ? as_i64(e, &ok) : 0;
-		ok &= e != NULL;
-		Py_XDECREF(s);
-		Py_XDECREF(r);
-		Py_XDECREF(e);
-	}
-	if (!ok)
+	const struct kept *k = kept_of(tid);
+	int rc = k ? 0 : -1;
+	if (k == NULL)
 		goto done;
 	int64_t s0 = (int64_t)start_ns, e0 = (int64_t)end_ns;
-	rc = 0;
-	if (has_end[n - 1] && e0 >= ended[n - 1])
+	int n = k->n;
+	if (k->has_end[n - 1] && e0 >= k->ended[n - 1])
 		goto done; /* past its seen end */
-	Py_ssize_t could = -1, count = 0;
-	for (Py_ssize_t i = 0; i < n; i++)
-		if (since[i] <= e0 && (!has_end[i] || s0 < ended[i]) && (i + 1 == n || s0 < running[i + 1]))
+	int could = -1, count = 0;
+	for (int i = 0; i < n; i++)
+		if (k->since[i] <= e0 && (!k->has_end[i] || s0 < k->ended[i]) && (i + 1 == n || s0 < k->running[i + 1]))
 			could = i, count++;
-	if (count != 1 || (s0 < running[0] && s0 < horizon))
+	if (count != 1 || (s0 < k->running[0] && s0 < kept_horizon))
 		goto done;
-	PyObject *o = PyList_GET_ITEM(list, could), *ref = lookup(o, s_ref);
+	PyObject *o = k->owner[could], *ref = k->ref[could];
 	PyObject *thread = NULL; /* a new reference: the Thread while it lives */
 #if PY_3_13_OR_LATER
-	if (ref && PyWeakref_Check(ref) && PyWeakref_GetRef(ref, &thread) < 0) {
-		Py_DECREF(ref);
+	if (PyWeakref_Check(ref) && PyWeakref_GetRef(ref, &thread) < 0) {
 		rc = -1;
 		goto done;
 	}
 #else
-	thread = ref && PyWeakref_Check(ref) ? PyWeakref_GetObject(ref) : NULL;
+	thread = PyWeakref_Check(ref) ? PyWeakref_GetObject(ref) : NULL;
 	Py_XINCREF(thread);
 #endif
 	*ident = lookup(o, s_ident);
@@ -225,7 +298,6 @@ static int owner(uint32_t tid, uint64_t start_ns, uint64_t end_ns, PyObject **id
 		Py_XSETREF(*name, nm);
 	}
 	Py_XDECREF(thread);
-	Py_XDECREF(ref);
 done:
 	if (rc == 0 && *ident == NULL) {
 		Py_INCREF(Py_None), *ident = Py_None;
@@ -235,10 +307,6 @@ done:
 		Py_CLEAR(*ident);
 		Py_CLEAR(*name);
 	}
-	Py_XDECREF(memory);
-	Py_XDECREF(freed);
-	Py_XDECREF(owners);
-	Py_XDECREF(key);
 	clear_error();
 	return rc;
 }
@@ -469,6 +537,7 @@ static int init_models(void)
 	s_timestamp = PyUnicode_InternFromString("_timestamp");
 	s_attributes_ = PyUnicode_InternFromString("_attributes");
 	empty_tuple = PyTuple_New(0);
+	zero_ms = PyFloat_FromDouble(0.0);
 	PyObject *kwnames = Py_BuildValue("(s)", "immutable");
 	PyObject *none_true[] = {Py_None, Py_True};
 	PyObject *bounded = kwnames ? PyObject_Vectorcall(bounded_type, none_true, 1, kwnames) : NULL;
@@ -511,8 +580,8 @@ static PyObject *event(PyObject *span, PyObject *const *keys, PyObject *const *v
 		       int64_t timestamp)
 {
 	PyObject *limits = lookup(span, s_limits);
-	PyObject *maxlen = limits ? PyObject_GetAttr(limits, s_max_event_attrs) : NULL;
-	PyObject *mvl = maxlen ? PyObject_GetAttr(limits, s_max_attr_len) : NULL;
+	PyObject *maxlen = limits ? lookup(limits, s_max_event_attrs) : NULL;
+	PyObject *mvl = maxlen ? lookup(limits, s_max_attr_len) : NULL;
 	PyObject *result = NULL;
 	if (mvl == Py_None && (maxlen == Py_None || (PyLong_Check(maxlen) && PyLong_AsLong(maxlen) >= n))) {
 		PyObject *d = PyDict_New();
@@ -535,6 +604,55 @@ static PyObject *event(PyObject *span, PyObject *const *keys, PyObject *const *v
 	Py_XDECREF(mvl);
 	clear_error();
 	return result;
+}
+
+/* The tuples of the last wait's blockers listed (kernel ids, names), for the next with the same ids
+ * and the same names (objects) as who() gives them: tuples, immutable, that events may share. */
+static struct {
+	int listed;
+	uint32_t tids[LISTED];
+	PyObject *names[LISTED]; /* who(t)[1] (None, "": str(t) in the tuple); new references */
+	PyObject *natives, *names_tuple;
+} last_listed;
+
+/* blame.event_attributes' blockers.thread.native_id and .name for those listed (names: who's):
+ * *natives, *names_tuple new references; 0, or -1 with an error set. */
+static int blockers(const uint32_t *tids, PyObject *const *names, int listed, PyObject **natives, PyObject **names_tuple)
+{
+	int same = last_listed.listed == listed && last_listed.natives != NULL;
+	for (int i = 0; same && i < listed; i++)
+		same = last_listed.tids[i] == tids[i] && last_listed.names[i] == names[i];
+	if (!same) {
+		PyObject *n = PyTuple_New(listed), *t = PyTuple_New(listed);
+		for (int i = 0; n && t && i < listed; i++) {
+			PyObject *name = names[i];
+			if (name == Py_None || (PyUnicode_Check(name) && PyUnicode_GET_LENGTH(name) == 0))
+				name = PyUnicode_FromFormat("%u", tids[i]);
+			else
+				Py_INCREF(name);
+			PyTuple_SET_ITEM(n, i, PyLong_FromUnsignedLong(tids[i]));
+			PyTuple_SET_ITEM(t, i, name);
+			if (name == NULL || PyTuple_GET_ITEM(n, i) == NULL)
+				Py_CLEAR(n);
+		}
+		if (n == NULL || t == NULL) {
+			Py_XDECREF(n);
+			Py_XDECREF(t);
+			return -1;
+		}
+		for (int i = 0; i < LISTED; i++) {
+			Py_XINCREF(i < listed ? names[i] : NULL);
+			Py_XSETREF(last_listed.names[i], i < listed ? names[i] : NULL);
+			last_listed.tids[i] = i < listed ? tids[i] : 0;
+		}
+		last_listed.listed = listed;
+		Py_XSETREF(last_listed.natives, n);
+		Py_XSETREF(last_listed.names_tuple, t);
+	}
+	Py_INCREF(last_listed.natives);
+	Py_INCREF(last_listed.names_tuple);
+	*natives = last_listed.natives, *names_tuple = last_listed.names_tuple;
+	return 0;
 }
 
 int long_waits_read(Start *start, PyObject *span, uint64_t now, const struct counters *end, struct long_waits *lw)
@@ -608,23 +726,16 @@ int long_waits_read(Start *start, PyObject *span, uint64_t now, const struct cou
 	PyObject *function = where ? where->function : NULL, *file = where ? where->file : NULL;
 	PyObject *line = where ? where->line : NULL, *stack = where ? where->stack : NULL;
 	PyObject *ev_keys[24], *ev_values[24], **keys = ev_keys, *names[LISTED] = {NULL}, *ident = NULL, *name = NULL;
+	PyObject *listed_natives = NULL, *listed_names = NULL, *hold_ms = NULL; /* new references */
 	int n = 0, failed = 0, listed = nt < LISTED ? nt : LISTED, rc = 0;
 	if (located < 0 || (located == 1 && start->metrics != Py_None) || (nt && others_in_spans(Py_None)))
 		goto done; /* an error; a miss to count; a span the blocker may be in: the Python hooks */
-	if (nt) { /* a switching thread: its log tells whose code ran (_fastspan.held_by) */
-		PyObject *args[] = {PyLong_FromUnsignedLong(tids[0]), PyLong_FromUnsignedLongLong(w_start),
-				    PyLong_FromUnsignedLongLong(w_end)};
-		PyObject *held = args[0] && args[1] && args[2] ? contexts_held_by(NULL, args, 3) : NULL;
-		for (int i = 0; i < 3; i++)
-			Py_XDECREF(args[i]);
-		Py_XDECREF(held);
-		if (held != Py_None)
-			goto done;
-	}
+	if (nt && contexts_switching(tids[0]))
+		goto done; /* a switching thread: its log tells whose code ran (_fastspan.held_by) */
 	uint32_t blocker = nt ? tids[0] : w_blocker;
 	if (owner(blocker, w_start, w_end, &ident, &name) < 0)
 		goto done;
-	for (int i = 0; i < listed; i++) { /* who(t)[1] or str(t) */
+	for (int i = 0; i < listed; i++) { /* who(t)[1] */
 		PyObject *t_ident = ident, *t_name = name; /* the blocker's, named above */
 		if (tids[i] != blocker && owner(tids[i], w_start, w_end, &t_ident, &t_name) < 0)
 			goto done;
@@ -632,18 +743,18 @@ int long_waits_read(Start *start, PyObject *span, uint64_t now, const struct cou
 			Py_INCREF(t_name);
 		else
 			Py_DECREF(t_ident);
-		if (t_name == Py_None || (PyUnicode_Check(t_name) && PyUnicode_GET_LENGTH(t_name) == 0)) {
-			Py_DECREF(t_name);
-			t_name = PyUnicode_FromFormat("%u", tids[i]);
-		}
-		if ((names[i] = t_name) == NULL)
-			goto done;
+		names[i] = t_name;
 	}
+	if (nt && blockers(tids, names, listed, &listed_natives, &listed_names) < 0)
+		goto done;
 	/* blame.event_attributes, in its order; which: its optional keys, a bit each */
 	unsigned which = (ident != Py_None) | (name != Py_None) << 1 | (nt != 0) << 2 | (nt && located == 0) << 3 |
 			 (nt && located == 0 && line != NULL) << 4 | ((w_flags & GIL_WAIT_FORCED) != 0) << 5;
 	PUT(ev_values, k_wait_ms, ms3((int64_t)(w_end - w_start)));
-	PUT(ev_values, k_b_native, PyLong_FromUnsignedLong(blocker));
+	if (nt)
+		Py_INCREF(PyTuple_GET_ITEM(listed_natives, 0)), PUT(ev_values, k_b_native, PyTuple_GET_ITEM(listed_natives, 0));
+	else
+		PUT(ev_values, k_b_native, PyLong_FromUnsignedLong(blocker));
 	if (ident != Py_None)
 		Py_INCREF(ident), PUT(ev_values, k_b_id, ident);
 	if (name != Py_None)
@@ -652,17 +763,16 @@ int long_waits_read(Start *start, PyObject *span, uint64_t now, const struct cou
 		uint64_t others = 0;
 		for (int i = LISTED; i < nt; i++)
 			others += ns[i];
-		PyObject *natives = PyTuple_New(listed), *listed_names = PyTuple_New(listed), *held = PyTuple_New(listed);
-		for (int i = 0; natives && listed_names && held && i < listed; i++) {
-			PyTuple_SET_ITEM(natives, i, PyLong_FromUnsignedLong(tids[i]));
-			Py_INCREF(names[i]);
-			PyTuple_SET_ITEM(listed_names, i, names[i]);
+		PyObject *held = PyTuple_New(listed);
+		for (int i = 0; held && i < listed; i++) {
 			PyTuple_SET_ITEM(held, i, ms3((int64_t)ns[i]));
-			failed |= PyTuple_GET_ITEM(natives, i) == NULL || PyTuple_GET_ITEM(held, i) == NULL;
+			failed |= PyTuple_GET_ITEM(held, i) == NULL;
 		}
-		PUT(ev_values, k_b_hold, ms3((int64_t)ns[0]));
-		PUT(ev_values, k_bs_native, natives);
-		PUT(ev_values, k_bs_name, listed_names);
+		hold_ms = held && !failed ? PyTuple_GET_ITEM(held, 0) : NULL; /* the blocker's, in gil.top_blocker.* too */
+		Py_XINCREF(hold_ms);
+		Py_XINCREF(hold_ms), PUT(ev_values, k_b_hold, hold_ms);
+		Py_INCREF(listed_natives), PUT(ev_values, k_bs_native, listed_natives);
+		Py_INCREF(listed_names), PUT(ev_values, k_bs_name, listed_names);
 		PUT(ev_values, k_bs_hold, held);
 		PUT(ev_values, k_bs_others, ms3((int64_t)others));
 		if (located == 0) {
@@ -687,12 +797,12 @@ int long_waits_read(Start *start, PyObject *span, uint64_t now, const struct cou
 	n = 0;
 	keys = lw->keys;
 	if (nt) {
-		PUT(lw->values, k_t_native, PyLong_FromUnsignedLong(tids[0]));
+		Py_INCREF(PyTuple_GET_ITEM(listed_natives, 0)), PUT(lw->values, k_t_native, PyTuple_GET_ITEM(listed_natives, 0));
 		if (ident != Py_None)
 			Py_INCREF(ident), PUT(lw->values, k_t_id, ident);
 		if (name != Py_None)
 			Py_INCREF(name), PUT(lw->values, k_t_name, name);
-		PUT(lw->values, k_t_hold, ms3((int64_t)ns[0]));
+		Py_INCREF(hold_ms), PUT(lw->values, k_t_hold, hold_ms);
 		if (located == 0) {
 			Py_INCREF(function), PUT(lw->values, k_t_function, function);
 			Py_INCREF(file), PUT(lw->values, k_t_file, file);
@@ -707,6 +817,9 @@ done:
 		Py_XDECREF(names[i]);
 	Py_XDECREF(ident);
 	Py_XDECREF(name);
+	Py_XDECREF(listed_natives);
+	Py_XDECREF(listed_names);
+	Py_XDECREF(hold_ms);
 	if (rc != 1)
 		long_waits_clear(lw);
 	clear_error();
@@ -719,11 +832,15 @@ void long_waits_commit(struct long_waits *lw, PyObject *span)
 		PyObject *events = lookup(span, s_events);
 		PyObject *dq = events ? lookup(events, s_dq) : NULL;
 		PyObject *end = dq ? lookup(span, s_end_time) : NULL;
-		PyObject *maxlen = end ? PyObject_GetAttr(dq, s_maxlen_dq) : NULL;
+		int exact = dq && Py_IS_TYPE(dq, (PyTypeObject *)deque_type); /* its maxlen and append: the type's */
+		PyObject *maxlen = !end ? NULL : exact ? Py_TYPE(deque_maxlen)->tp_descr_get(deque_maxlen, dq, deque_type)
+						: PyObject_GetAttr(dq, s_maxlen_dq);
 		if (maxlen != NULL && end == Py_None && lock_free(span) && lock_free(events)) {
 			int full = maxlen != Py_None && PyObject_Length(dq) >= PyLong_AsSsize_t(maxlen);
-			PyObject *r = full ? PyObject_CallMethodOneArg(events, s_append, lw->event) /* its dropped count */
-					   : PyObject_CallMethodOneArg(dq, s_append, lw->event);
+			PyObject *args[] = {dq, lw->event};
+			PyObject *r = full    ? PyObject_CallMethodOneArg(events, s_append, lw->event) /* its dropped count */
+				      : exact ? PyObject_Vectorcall(deque_append, args, 2, NULL)
+					      : PyObject_CallMethodOneArg(dq, s_append, lw->event);
 			Py_XDECREF(r);
 		}
 		Py_XDECREF(events);

@@ -75,13 +75,16 @@ def _owner_of(thread: threading.Thread, since_ns: int, running_ns: int, freed: c
 class _Memory:
     """The known owners of each kernel id, in order; ended ones past :data:`MEMORY` forgotten.
     An owner is settled (its end known) when a later thread gets its id or its Thread is freed:
-    no sweep over the owners, no cost beyond O(1) in the app's ``Thread.start``."""
+    no sweep over the owners, no cost beyond O(1) in the app's ``Thread.start``. ``generation``
+    changes with every change of ``owners`` and of what a settled owner says (long_waits.c keeps
+    what it read of them while it is the same)."""
 
     def __init__(self, now_ns: int) -> None:
         self.owners: dict[int, list[_Owner]] = {}
         self._ended: collections.deque[_Owner] = collections.deque()
         self.freed: collections.deque[tuple[_Owner, int]] = collections.deque()  # by weakref callbacks: no lock
         self.horizon_ns = now_ns  # owners before it may be unknown: forgotten, or gone before watching
+        self.generation = 0
         self._lock = threading.Lock()
         for thread in threading.enumerate():  # (a dummy may outlive its thread before 3.13: not one)
             if thread.native_id is not None and not isinstance(thread, threading._DummyThread):
@@ -94,6 +97,7 @@ class _Memory:
             if owners and owners[-1].ended_ns is None:  # a later thread has its id: it had ended
                 self._settle(owners[-1], time.monotonic_ns())
             owners.append(owner)
+            self.generation += 1
 
     def known(self, tid: int) -> list[_Owner]:
         """``tid``'s owners, oldest first, the freed ones settled."""
@@ -121,6 +125,7 @@ class _Memory:
             if not owners:
                 del self.owners[gone.tid]
             self.horizon_ns = max(self.horizon_ns, gone.ended_ns)
+        self.generation += 1  # last: a reader between two bytecodes above kept what it read under the one before
 
 
 def _task_owner(tid: int) -> Optional[_Owner]:

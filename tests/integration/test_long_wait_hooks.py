@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -49,7 +50,7 @@ def setup(monkeypatch, request):
     stop = False
     blocker = threading.Thread(target=hold, name="blocker", daemon=True)
     blocker.start()
-    yield provider.get_tracer("t"), go, entered, handed
+    yield provider.get_tracer("t"), go, entered, handed, blocker
     stop = True
     go.release()
     blocker.join()
@@ -62,28 +63,55 @@ def _plain(value):
     return tuple(value) if isinstance(value, list) else value
 
 
+def _long_wait(tracer, go, entered, handed, named: str) -> bool:
+    """One span with a long wait, ended by the C hooks, whose figures must be the Python hooks'
+    (``spans.figures`` on the same wait), its blocker named ``named``: whether it had the wait
+    and the C hooks took it."""
+    span = tracer.start_span("op")
+    go.release()
+    entered.acquire()  # the blocker took the GIL: this thread waits 4 ms for it
+    start = getattr(span, spans._SNAPSHOT_ATTR)
+    attrs, events, _ = spans.figures(start, span.start_time)
+    span.end()
+    if not events:  # the OS ran this thread after the blocker's hold now and then: no wait
+        return False
+    expected = {k: v for k, v in attrs.items() if k.startswith(TOP_BLOCKER)}
+    assert expected[f"{TOP_BLOCKER}.thread.name"] == named
+    assert {k: v for k, v in span.attributes.items() if k.startswith(TOP_BLOCKER)} == expected
+    assert list(span.attributes)[2:2 + len(expected)] == list(expected)  # after thread.*, before gil.wait_ms
+    (name, event_attrs, timestamp, _), = events
+    (event,) = span.events
+    assert (event.name, event.timestamp) == (name, timestamp)
+    assert dict(event.attributes) == {k: _plain(v) for k, v in event_attrs.items()}
+    assert list(event.attributes) == list(event_attrs)
+    if wait_spans.threshold_ns:  # a wait shorter than that drawn by none: hand-ups to this span closed
+        assert getattr(span, wait_spans._HANDED) is wait_spans._CLOSED
+    return span not in handed  # (a thread freed meanwhile: its owners settled by Python's first)
+
+
 def test_a_long_wait_gets_the_python_hooks_figures_from_c(setup):
-    tracer, go, entered, handed = setup
-    compared = 0
-    for _ in range(20):
-        span = tracer.start_span("op")
-        go.release()
-        entered.acquire()  # the blocker took the GIL: this thread waits 4 ms for it
-        start = getattr(span, spans._SNAPSHOT_ATTR)
-        attrs, events, _ = spans.figures(start, span.start_time)
-        span.end()
-        if not events:  # the OS ran this thread after the blocker's hold now and then: no wait
-            continue
-        expected = {k: v for k, v in attrs.items() if k.startswith(TOP_BLOCKER)}
-        assert expected[f"{TOP_BLOCKER}.thread.name"] == "blocker"
-        assert {k: v for k, v in span.attributes.items() if k.startswith(TOP_BLOCKER)} == expected
-        assert list(span.attributes)[2:2 + len(expected)] == list(expected)  # after thread.*, before gil.wait_ms
-        (name, event_attrs, timestamp, _), = events
-        (event,) = span.events
-        assert (event.name, event.timestamp) == (name, timestamp)
-        assert dict(event.attributes) == {k: _plain(v) for k, v in event_attrs.items()}
-        assert list(event.attributes) == list(event_attrs)
-        if wait_spans.threshold_ns:  # a wait shorter than that drawn by none: hand-ups to this span closed
-            assert getattr(span, wait_spans._HANDED) is wait_spans._CLOSED
-        compared += span not in handed  # (a thread freed meanwhile: its owners settled by Python's first)
+    tracer, go, entered, handed, _ = setup
+    compared = sum(_long_wait(tracer, go, entered, handed, "blocker") for _ in range(20))
     assert compared >= 10, f"only {compared} of 20 spans had a long wait taken by the C hooks"
+
+
+def test_the_blocker_is_named_anew_after_a_rename(setup):
+    tracer, go, entered, handed, blocker = setup
+    compared = 0
+    for i in range(20):
+        blocker.name = f"blocker {i}"
+        compared += _long_wait(tracer, go, entered, handed, f"blocker {i}")
+    assert compared >= 10, f"only {compared} of 20 spans had a long wait taken by the C hooks"
+
+
+def test_a_new_owner_of_the_blockers_kernel_id_names_the_waits_after_it(setup):
+    """The kernel gives an ended thread's id to a later thread: threads learns of the new owner
+    (as at its start), and the C hooks, which keep what they read of the owners, name it."""
+    tracer, go, entered, handed, blocker = setup
+    compared = [0, 0]
+    for i in range(40):
+        if i == 20:
+            now = time.monotonic_ns()
+            threads._memory.add(threads._Owner(blocker.native_id, now, now, 12345, "reborn"))
+        compared[i >= 20] += _long_wait(tracer, go, entered, handed, "blocker" if i < 20 else "reborn")
+    assert min(compared) >= 10, f"{compared} of 20 spans before and after had a long wait taken by the C hooks"

@@ -20,7 +20,7 @@ import weakref
 
 import pytest
 
-from otel_gil import spans
+from otel_gil import spans, threads
 from otel_gil.semconv import END_PASSED, SHARED_THREAD, UNTRACKED
 from synthetic import log_hold, make_ring, record_wait, slot_for
 from test_spans import FakeRegistration, fast, hooked, my_slot  # noqa: F401 (fast: a fixture)
@@ -188,11 +188,14 @@ def test_a_thread_no_other_context_ran_on_keeps_its_figures(loop_thread):
 
 
 @pytest.mark.parametrize("late_name", [None, "GET /b"])
-def test_a_wait_on_the_loop_names_the_request_whose_code_ran(c_hooks, late_name):
+@pytest.mark.parametrize("current", [True, False], ids=["a span current on the loop", "the loop done"])
+def test_a_wait_on_the_loop_names_the_request_whose_code_ran(c_hooks, late_name, current, monkeypatch):
     """Blame on a shared thread: the span that ran in the holder's hold, from the loop's switches,
-    not whichever span is current on the loop when the waiter's span ends; by the name it
-    ended with (a server span gets its route late)."""
+    not whichever span is current on the loop when the waiter's span ends (nor none, the loop
+    thread known to otel_gil.threads: one the C hooks could name); by the name it ended with
+    (a server span gets its route late)."""
     tracer, ring, slot, exporter = c_hooks
+    monkeypatch.setattr(threads, "_memory", threads._Memory(time.monotonic_ns()))
     loop_tid = threading.get_native_id()
     ran: dict[str, tuple[int, int]] = {}
     victim_started, victim_may_end = threading.Event(), threading.Event()
@@ -223,11 +226,14 @@ def test_a_wait_on_the_loop_names_the_request_whose_code_ran(c_hooks, late_name)
         await asyncio.gather(request("a"), request("b"))
         t0, t1 = ran["b"]
         log_hold(ring, loop_tid, t0 - MS, t1 + MS)
-        with tracer.start_as_current_span("current on the loop when the victim ends"):
-            victim_may_end.set()
-            thread.join()
+        if current:
+            with tracer.start_as_current_span("current on the loop when the victim ends"):
+                victim_may_end.set()
+                thread.join()
 
     asyncio.run(main())
+    victim_may_end.set()
+    thread.join()
     (event,) = [s for s in exporter.get_finished_spans() if s.name == "victim"][0].events
     assert event.attributes["gil.blocker.thread.native_id"] == loop_tid
     assert event.attributes["gil.blocker.span.name"] == (late_name or "b"), dict(event.attributes)
