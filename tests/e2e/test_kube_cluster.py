@@ -202,6 +202,7 @@ def apps(instrumented_namespace):
     then the apps' Deployments rolled out: Jaeger's API base URL (the node reaches the Pods' range)."""
     started = time.monotonic()
     try:
+        kube.build_operator_image()  # (on a fresh machine no test before this one built it)
         kube.build_app_images({**kube.APP_BASES, **kube.EDGE_BASES})
         for image in (JAEGER_IMAGE, PYTHON_IMAGE, *{kube.app_image(python) for _, python in APPS + EDGE}):
             cluster.load(image)

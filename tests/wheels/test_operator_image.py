@@ -149,17 +149,21 @@ def musl_tree(amd64_image, tmp_path_factory) -> Path:
     return extract_tree(amd64_image, tmp_path_factory.mktemp("musl"), MUSL_TREE)
 
 
+def _span_with_tree(python: str, tree: Path) -> tuple[dict, str]:
+    """SPAN run by ``python`` with ``tree`` on PYTHONPATH as the Operator sets it: the span's
+    attributes, and what the process wrote to stderr."""
+    done = subprocess.run([python, "-c", SPAN], capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", **OTEL_ENV, "PYTHONPATH": PYTHONPATH.replace(MOUNT, str(tree))})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)["attributes"], done.stderr[-3000:]
+
+
 def test_free_threaded_app_with_the_tree_says_gil_disabled(amd64_tree):
     """A free-threaded CPython (3.13t, scripts/freethreaded.sh's) with the tree on PYTHONPATH as the
     Operator sets it: it runs (the tree's .abi3.so, psutil's and protobuf's, crashed it with a
     segfault), its span says gil_disabled and carries no GIL figure."""
-    python = wheels.host_python("3.13t")
-    done = subprocess.run([str(python), "-c", SPAN], capture_output=True, text=True, timeout=300,
-                          env={"PATH": "/usr/bin:/bin", **OTEL_ENV,
-                               "PYTHONPATH": PYTHONPATH.replace(MOUNT, str(amd64_tree))})
-    assert done.returncode == 0, done.stderr[-3000:]
-    attributes = json.loads(done.stdout)["attributes"]
-    assert attributes.get("gil.status") == "gil_disabled", (attributes, done.stderr[-3000:])
+    attributes, stderr = _span_with_tree(str(wheels.host_python("3.13t")), amd64_tree)
+    assert attributes.get("gil.status") == "gil_disabled", (attributes, stderr)
     assert not {"gil.wait_ms", "gil.hold_ms"} & attributes.keys(), attributes
 
 
@@ -188,10 +192,6 @@ def test_musl_cpython_loads_the_musl_tree_and_its_spans_say_why(musl_tree):
     loaded = json.loads(done.stdout)
     assert {"wrapt._wrappers", "psutil._psutil_linux", "charset_normalizer.md"} <= loaded.keys(), loaded
     assert {m: e for m, e in loaded.items() if e} == {}, loaded
-    done = subprocess.run([python, "-c", SPAN], capture_output=True, text=True, timeout=300,
-                          env={"PATH": "/usr/bin:/bin", **OTEL_ENV,
-                               "PYTHONPATH": PYTHONPATH.replace(MOUNT, str(musl_tree))})
-    assert done.returncode == 0, done.stderr[-3000:]
-    attributes = json.loads(done.stdout)["attributes"]
-    assert attributes.get("gil.status") == "unsupported_interpreter", (attributes, done.stderr[-3000:])
+    attributes, stderr = _span_with_tree(python, musl_tree)
+    assert attributes.get("gil.status") == "unsupported_interpreter", (attributes, stderr)
     assert not {"gil.wait_ms", "gil.hold_ms"} & attributes.keys(), attributes
