@@ -133,6 +133,7 @@ class Attachment:
         self.present: set[int] = set()  # threads with a slot at the last poll
         self.holds: list[ringlib.Hold] = []  # the process's hold log, as read so far
         self.locations: dict[int, Optional[ringlib.Location]] = {}  # hold index -> its location, read with it
+        self._unlocated: list[int] = []  # holds of the last poll whose location was not there: read again once
         self.holds_lost = 0  # polls that found older holds already overwritten
         self._park_totals: dict[tuple[int, int], tuple[int, int]] = {}  # (tid, address) -> (ns, parks) read
         self._closed: dict[int, _Parked] = {}  # tid -> its closed parks, added up from those totals
@@ -205,12 +206,18 @@ class Attachment:
         self.present = present
         if self._kinds is not None:
             self._parked(now, slots)
+        # A hold is published before its location is written (gil_writer.h): one read between
+        # the two finds none, so those are read again at the next poll.
+        for index in self._unlocated:
+            if index in self.locations:
+                self.locations[index] = self._traced.view.location(index)
         new, complete = self._traced.view.holds_since(self.holds[-1].end_ns if self.holds else 0)
         self.holds += new
         self.holds_lost += not complete and bool(self.holds)
         for h in new:  # read now: the location log keeps fewer entries than the hold log
             self.locations[h.index] = self._traced.view.location(h.index)
             fresh |= h.tid not in self.threads
+        self._unlocated = [h.index for h in new if self.locations[h.index] is None]
         if fresh or now - self._names_at > NAMES_EVERY_NS:
             for tid, name in self.thread_names().items():
                 self.threads.setdefault(tid, ThreadTrace(tid)).name = name
