@@ -48,7 +48,8 @@ EDGE_BASES = {"3.13t": ("free-threaded", None), "3.9": ("bullseye-slim", "python
 FREE_THREADED_APP_DOCKERFILE = ROOT / "examples" / "kube" / "free-threaded.Dockerfile"
 MUSL_APP_DOCKERFILE = ROOT / "examples" / "kube" / "musl.Dockerfile"
 MUSL_LIBC = Path("/lib/x86_64-linux-musl/libc.so")  # Debian's musl (musl-python.sh installs it)
-MUSL_PACKAGES = ["flask<4", "gunicorn<24"]  # the wsgi venv's of examples/kube/Dockerfile, less Django
+# The musl app's venv: Flask on waitress (gunicorn imports ssl, which musl-python.sh leaves out).
+MUSL_PACKAGES = ["flask<4", "waitress<4"]
 # The Operator's names (internal/instrumentation of its v0.158.0) and default Python env.
 INIT_CONTAINER = VOLUME = "opentelemetry-auto-instrumentation-python"
 MOUNT = "/otel-auto-instrumentation-python"
@@ -63,6 +64,13 @@ APPS = {
     "fastapi": ("asgi", lambda port: ["uvicorn", "--host", "127.0.0.1", "--port", str(port), "--loop", "asyncio", "app:app"],
                 "async_app", "GET /io"),
 }
+
+
+def musl_server(port: int) -> list[str]:
+    """The musl app's command (Flask's example on waitress), as APPS's commands."""
+    return ["waitress-serve", f"--listen=127.0.0.1:{port}", "app:app"]
+
+
 HOG = {"EXAMPLE_HOG_BUSY_MS": "20", "EXAMPLE_HOG_PERIOD_MS": "100"}  # waits to measure, on a shared 2-core host
 LOG_LINES = 40
 DAEMONSET = ROOT / "deploy" / "kubernetes" / "collector-daemonset.yaml"
@@ -255,8 +263,8 @@ def musl_python() -> Path:
 def build_musl_image(image: str) -> None:
     """MUSL_APP_DOCKERFILE's ``image``, by the engine's build cache, from a context made here:
     musl's libc, scripts/musl-python.sh's CPython 3.13 (without its static libpython and headers),
-    Flask and gunicorn as pip on this host installs them for it (musllinux wheels; gunicorn's
-    script pointed at the image's venv), the examples."""
+    MUSL_PACKAGES as pip on this host installs them for it (musllinux wheels; their scripts
+    pointed at the image's venv), the examples."""
     prefix = musl_python().parent.parent
     with tempfile.TemporaryDirectory() as tmp:
         context = Path(tmp)

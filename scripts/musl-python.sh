@@ -3,14 +3,15 @@
 # musl-gcc (Debian's musl-tools) from verified sources and cached under
 # ${OTEL_GIL_CACHE:-/var/cache/otel-gil}/cpython/VERSION-musl-KEY (KEY: a hash of what the build reads):
 #   3.13  CPython 3.13.5 and what an app needs of C libraries: zlib (wheels), libffi (ctypes),
-#         OpenSSL (ssl: gunicorn imports it), each trixie's orig tarball verified as
-#         freethreaded.sh's (scripts/debian-pool.sh), built static (-fPIC) into the extension
-#         modules: at run time the tree needs musl's libc alone (/lib/ld-musl-x86_64.so.1).
+#         each trixie's orig tarball verified as freethreaded.sh's (scripts/debian-pool.sh), built
+#         static (-fPIC) into the extension modules: at run time the tree needs musl's libc alone
+#         (/lib/ld-musl-x86_64.so.1). No OpenSSL: it was 80 % of the build, and the app (Flask on
+#         waitress) and the Operator's tree run without `ssl` (hashlib has its own digests).
 # No PGO or LTO, no ensurepip (pip runs on the host: pip install --target of musllinux wheels),
 # no test modules or test suite: a test image's interpreter, on a fresh machine's cold path.
 #
 # Usage: scripts/musl-python.sh VERSION...   builds what is missing (as root: installs musl-tools, autotools;
-# about 6 minutes on 2 cores), prints each interpreter's path. Concurrent builders wait on a lock;
+# about 2 minutes on 2 cores), prints each interpreter's path. Concurrent builders wait on a lock;
 # a failed build leaves nothing behind; a changed recipe builds anew beside the old tree.
 set -euo pipefail
 shopt -s inherit_errexit
@@ -19,17 +20,13 @@ cache=${OTEL_GIL_CACHE:-/var/cache/otel-gil}/cpython
 mirror=${OTEL_GIL_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 tool=musl-python.sh
 cflags="-O2 -fPIC"
-# What neither an app's ssl nor hashlib uses of OpenSSL (a third less to compile)
-openssl_off=(no-shared no-tests no-docs no-apps no-module no-afalgeng no-ktls no-legacy no-quic no-dtls no-ssl3 no-srtp
-             no-sctp no-srp no-comp no-ct no-ocsp no-cms no-cmp no-ts no-gost no-ec2m no-aria no-bf no-camellia no-cast
-             no-idea no-md4 no-mdc2 no-rc2 no-rc4 no-rc5 no-seed no-sm2 no-sm3 no-sm4 no-whirlpool)
 # musl's threads get 128 KiB of stack, glibc's 8 MiB: CPython's threads 1 MiB, as Alpine's
 stack="-DTHREAD_STACK_SIZE=0x100000"
-configure_flags=(--without-ensurepip --disable-test-modules --with-openssl="\$deps" --with-openssl-rpath=no)
+configure_flags=(--without-ensurepip --disable-test-modules)
 tools=(musl-tools autoconf automake libtool)  # musl-gcc; libffi's orig tarball has no configure
 # trixie's orig tarballs: PACKAGE TARBALL (a superseded one leaves trixie's pool: update the pin)
 sources=("python3.13 python3.13_3.13.5.orig.tar.xz" "zlib zlib_1.3.dfsg+really1.3.1.orig.tar.gz"
-         "libffi libffi_3.4.8.orig.tar.gz" "openssl openssl_3.5.7.orig.tar.gz")
+         "libffi libffi_3.4.8.orig.tar.gz")
 
 unpack() {  # PACKAGE TARBALL -> its sources' directory in the build's workdir
     local tarball
@@ -57,8 +54,6 @@ build() {  # VERSION PREFIX: the libraries into $work/deps, then CPython into PR
     step "zlib" "$work/zlib" sh -c "./configure --static --prefix=$deps && make -j2 libz.a && make install"
     step "libffi" "$work/libffi" sh -c "autoreconf -fi && ./configure --prefix=$deps --disable-shared --with-pic --disable-docs \
         --disable-multi-os-directory && make -j2 && make install"
-    step "OpenSSL (the longest part)" "$work/openssl" sh -c "./Configure linux-x86_64 --prefix=$deps --libdir=lib \
-        ${openssl_off[*]} \$CFLAGS && make -j2 build_libs && make install_dev"
     src=$work/python$v
     # Debian's gcc names glibc's multiarch even under musl's specs: configure would take it for a bug
     sed -i 's|MULTIARCH=$($CC --print-multiarch 2>/dev/null)|MULTIARCH=|' "$src/configure"
@@ -66,9 +61,9 @@ build() {  # VERSION PREFIX: the libraries into $work/deps, then CPython into PR
         "${configure_flags[@]//\$deps/$deps}" CPPFLAGS="-I$deps/include -isystem $work/kernel" LDFLAGS="-L$deps/lib" CFLAGS_NODIST="$stack"
     step "CPython $v: make -j2 (about 3 minutes)" "$src" make -j2
     step "CPython $v: install" "$src" make install DESTDIR="$work/root"
-    "$work/root$prefix/bin/python$v" -c 'import ssl, zlib, ctypes, _socket, select, sysconfig
+    "$work/root$prefix/bin/python$v" -c 'import zlib, ctypes, hashlib, _socket, select, sysconfig
 assert sysconfig.get_config_var("EXT_SUFFIX").endswith("-linux-musl.so"), sysconfig.get_config_var("EXT_SUFFIX")' \
-        || { echo "musl-python.sh: $v: the built interpreter lacks ssl, zlib or ctypes, or is not musl's" >&2; return 1; }
+        || { echo "musl-python.sh: $v: the built interpreter lacks zlib, ctypes or hashlib, or is not musl's" >&2; return 1; }
     mv "$work/root$prefix" "$prefix"
     echo "musl-python.sh: $v: built in $((SECONDS - start)) s" >&2
 }
@@ -79,7 +74,7 @@ have_tools() {  # whether musl-gcc, autoreconf and libtoolize are there
 }
 
 key_of() {  # VERSION -> a hash of what its build reads: the sources (verified), the recipe
-    { echo "$1 ${sources[*]} $cflags ${openssl_off[*]} $stack ${configure_flags[*]}"; declare -f unpack step build; } | sha256sum | cut -c1-12
+    { echo "$1 ${sources[*]} $cflags $stack ${configure_flags[*]}"; declare -f unpack step build; } | sha256sum | cut -c1-12
 }
 
 work=

@@ -189,7 +189,7 @@ def app_deployment(app: str, python: str) -> dict:
                            **(MUSL_PLATFORM if (app, python) == MUSL else {})})
     manifest["spec"]["template"]["spec"]["containers"][0].update(
         image=kube.app_image(python), workingDir=app_dir,
-        command=[a.replace("127.0.0.1", "0.0.0.0") for a in command(APP_PORT)],
+        command=[a.replace("127.0.0.1", "0.0.0.0") for a in (kube.musl_server if (app, python) == MUSL else command)(APP_PORT)],
         env=[{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
              *({"name": k, "value": v} for k, v in env.items())],
         readinessProbe={"httpGet": {"path": "/health", "port": APP_PORT}, "periodSeconds": 1})
@@ -309,7 +309,7 @@ def test_app_older_than_the_tree_serves_uninstrumented(apps):
 
 
 def test_musl_app_serves_and_its_spans_say_why_they_carry_no_figures(apps):
-    """Flask on gunicorn on musl (scripts/musl-python.sh's CPython 3.13 on musl's libc alone:
+    """Flask on waitress on musl (scripts/musl-python.sh's CPython 3.13 on musl's libc alone:
     examples/kube/musl.Dockerfile), its Pod template annotated otel-python-platform: musl: the
     webhook copies the musl tree (otel-gil without its C parts) and the app, on musl's extension
     suffix, serves; its /blocked spans, read from Jaeger, say gil.status unsupported_interpreter
