@@ -109,7 +109,7 @@ def app(daemonset):
     privileged namespace; the Flask example's Deployment there, its Pod template annotated
     inject-python and given app-pod.yaml's socket volume, mount and env (the volume on
     SOCKET_DIR), its group SOCKET_GID, the tree's logging instrumentation off (otel-gil's warnings
-    on stderr): {url, pod, worker (host pid), jaeger (API base URL)}."""
+    on stderr), once the collector has registered its worker: {url, pod, worker (host pid), jaeger (API base URL)}."""
     jaeger = deployment("jaeger", "default")
     jaeger["spec"]["template"]["spec"]["containers"][0].update(image=JAEGER_IMAGE)
     apply(jaeger)
@@ -141,6 +141,9 @@ def app(daemonset):
     pod = pod_of(SERVICE, NAMESPACE)
     master = host_pid(pod, "app")
     worker = int(Path(f"/proc/{master}/task/{master}/children").read_text().split()[0])  # gunicorn -w 1
+    # Until then its spans say gil.status=pending (a cold machine's collector attached after the first /blocked)
+    wait_for(f"the collector registering the worker (host pid {worker})",
+             lambda: logged_us(collector_log(daemonset), registered(worker)))
     return {"url": f"http://{pod['status']['podIP']}:8000", "pod": pod, "worker": worker, "jaeger": base}
 
 
