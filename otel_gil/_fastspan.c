@@ -38,6 +38,17 @@ static PyTypeObject *lock_type; /* threading.Lock's */
 static PyObject *lock_locked; /* its locked() */
 static PyObject *k_thread_name, *k_thread_id, *k_wait_ms, *k_hold_ms, *k_wait_ratio, *k_hold_ratio,
 	*k_acquisitions, *k_convoy_waits, *k_others_hold_ms, *k_http_route;
+static PyObject *zero; /* 0.0, the value of most calm spans' wait figures: one float for all */
+
+/* v as a float attribute value (a new reference): 0.0 without an allocation. */
+static PyObject *float_value(double v)
+{
+	if (v == 0.0) {
+		Py_INCREF(zero);
+		return zero;
+	}
+	return PyFloat_FromDouble(v);
+}
 
 /* ---------------------------------------------------------------- Start */
 
@@ -349,20 +360,27 @@ static PyObject *snapshot_onto(Hooks *self, PyObject *span)
 	Py_RETURN_NONE;
 }
 
-/* Whether span._lock is a threading.Lock nobody holds. With the GIL held and no Python code
+/* Whether lock (span._lock, or NULL) is a threading.Lock nobody holds. With the GIL held and no Python code
  * run until the caller is done, that is holding it: a thread that takes it now (one blocked
  * on it takes it without the GIL) runs no code under it before the GIL comes back. The
  * span's attribute dict is written under that lock only (exporters and span.attributes see
  * a read-only view), so its own lock is free then. */
-int lock_free(PyObject *span)
+static int is_free(PyObject *lock /* or NULL */)
 {
-	PyObject *lock = LOOKUP(span, s_lock), *locked = NULL;
+	PyObject *locked = NULL;
 	int state = lock != NULL ? lock_state(lock) : -1; /* (cpython_layouts.c: in place) */
 	if (state < 0 && lock != NULL && Py_IS_TYPE(lock, lock_type))
 		locked = PyObject_Vectorcall(lock_locked, &lock, 1, NULL);
-	Py_XDECREF(lock);
 	Py_XDECREF(locked);
 	return state == 0 || locked == Py_False;
+}
+
+int lock_free(PyObject *obj)
+{
+	PyObject *lock = LOOKUP(obj, s_lock);
+	int free = is_free(lock);
+	Py_XDECREF(lock);
+	return free;
 }
 
 /* The span's attribute dict (a new reference) if our values may go straight in, as
@@ -370,23 +388,24 @@ int lock_free(PyObject *span)
  * length limit, room for them, and nobody in the span's lock. Else NULL. */
 static PyObject *direct_dict(PyObject *span, Py_ssize_t adding)
 {
-	PyObject *bounded = LOOKUP(span, s_attributes);
-	PyObject *d = bounded ? LOOKUP(bounded, s_dict) : NULL;
-	PyObject *imm = d ? LOOKUP(bounded, s_immutable) : NULL;
-	PyObject *mvl = imm ? LOOKUP(bounded, s_max_value_len) : NULL;
-	PyObject *maxlen = mvl ? LOOKUP(bounded, s_maxlen) : NULL;
-	PyObject *end = maxlen ? LOOKUP(span, s_end_time) : NULL;
-	int usable = end == Py_None && PyDict_CheckExact(d) && imm == Py_False && mvl == Py_None;
+	PyObject *sf[3], *bf[4] = {NULL, NULL, NULL, NULL}; /* the span's, its BoundedAttributes': */
+	enum { ATTRIBUTES, END, LOCK };
+	enum { DICT, IMMUTABLE, MAX_VALUE_LEN, MAXLEN };
+	FIELDS(span, sf, s_attributes, s_end_time, s_lock);
+	if (sf[ATTRIBUTES] != NULL)
+		FIELDS(sf[ATTRIBUTES], bf, s_dict, s_immutable, s_max_value_len, s_maxlen);
+	PyObject *d = bf[DICT], *maxlen = bf[MAXLEN];
+	int usable = sf[END] == Py_None && d != NULL && PyDict_CheckExact(d) && bf[IMMUTABLE] == Py_False &&
+		     bf[MAX_VALUE_LEN] == Py_None && maxlen != NULL;
 	if (usable && maxlen != Py_None) {
 		Py_ssize_t limit = PyLong_AsSsize_t(maxlen);
 		usable = !PyErr_Occurred() && PyDict_GET_SIZE(d) + adding <= limit;
 	}
-	usable = usable && lock_free(span);
-	Py_XDECREF(bounded);
-	Py_XDECREF(imm);
-	Py_XDECREF(mvl);
-	Py_XDECREF(maxlen);
-	Py_XDECREF(end);
+	usable = usable && is_free(sf[LOCK]);
+	for (int i = ATTRIBUTES; i <= LOCK; i++)
+		Py_XDECREF(sf[i]);
+	for (int i = IMMUTABLE; i <= MAXLEN; i++)
+		Py_XDECREF(bf[i]);
 	clear_error();
 	if (!usable)
 		Py_CLEAR(d);
@@ -506,12 +525,12 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 	for (int i = 0; i < lw.n; i++, which |= 16)
 		Py_INCREF(lw.values[i]), PUT(lw.keys[i], lw.values[i]);
 	if (start->tracked && start->switched && (every || f.others))
-		PUT(k_others_hold_ms, PyFloat_FromDouble((double)f.others / 1e6)), which |= 1;
-	PUT(k_wait_ms, PyFloat_FromDouble((double)f.wait / 1e6));
-	PUT(k_hold_ms, PyFloat_FromDouble((double)f.hold / 1e6));
-	PUT(k_wait_ratio, PyFloat_FromDouble(*wait_ratio));
+		PUT(k_others_hold_ms, float_value((double)f.others / 1e6)), which |= 1;
+	PUT(k_wait_ms, float_value((double)f.wait / 1e6));
+	PUT(k_hold_ms, float_value((double)f.hold / 1e6));
+	PUT(k_wait_ratio, float_value(*wait_ratio));
 	if (every)
-		PUT(k_hold_ratio, PyFloat_FromDouble((double)f.hold / (double)duration)), which |= 2;
+		PUT(k_hold_ratio, float_value((double)f.hold / (double)duration)), which |= 2;
 	if (every || f.acquisitions)
 		PUT(k_acquisitions, PyLong_FromUnsignedLongLong(f.acquisitions)), which |= 4;
 	if (every || f.convoy)
@@ -595,13 +614,17 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 		return NULL;
 	}
 	PyObject *span = args[0];
-	PyObject *start = LOOKUP(span, s_start_attr);
-	if (start == NULL) { /* not a span of a provider with otel-gil */
+	PyObject *f[5]; /* the span's: */
+	enum { START, END_TIME, START_TIME, NAME, KIND };
+	FIELDS(span, f, s_start_attr, s_end_time, s_start_time, s_private_name, s_kind);
+	PyObject *start = f[START];
+	if (start == NULL || !PyObject_TypeCheck(start, &StartType)) {
+		for (int i = 1; i < 5; i++)
+			Py_XDECREF(f[i]);
 		clear_error();
-		return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
-	}
-	if (!PyObject_TypeCheck(start, &StartType)) { /* started by the Python hook */
-		Py_DECREF(start);
+		if (start == NULL) /* not a span of a provider with otel-gil */
+			return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+		Py_DECREF(start); /* started by the Python hook */
 		return python_end(self, args, nargs, kwnames);
 	}
 	Start *st = (Start *)start;
@@ -609,18 +632,20 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 	int plain = nargs + nkw == 1;
 	if (nargs + nkw == 2 && (nkw == 0 || PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), s_end_time_kw) == 0))
 		explicit = args[1];
-	PyObject *end_obj = LOOKUP(span, s_end_time), *start_obj = LOOKUP(span, s_start_time);
 	int ok_start;
-	long long span_start = as_ns(start_obj, &ok_start);
-	int simple = end_obj == Py_None && ok_start && (plain || explicit == Py_None);
+	long long span_start = as_ns(f[START_TIME], &ok_start);
+	int simple = f[END_TIME] == Py_None && ok_start && (plain || explicit == Py_None);
 	uint64_t now = 0; /* the figures' instant: the last charge's, where there is one */
-	if (end_obj == Py_None && st->tracked)
-		now = context_end(st, span); /* what ran since the last charge point is its own: before any figure is read */
-	Py_XDECREF(end_obj);
-	Py_XDECREF(start_obj);
+	if (f[END_TIME] == Py_None && st->tracked)
+		now = context_end(st, f[NAME]); /* what ran since the last charge point is its own: before any figure is read */
+	Py_XDECREF(f[END_TIME]);
+	Py_XDECREF(f[START_TIME]);
+	Py_XDECREF(f[NAME]);
+	PyObject *kind = f[KIND];
 	clear_error();
 	if (!simple) { /* ended already, an explicit end time (rare: checked against the slot there), odd
 	                * arguments, an SDK we do not know: the Python hook decides */
+		Py_XDECREF(kind);
 		Py_DECREF(start);
 		return python_end(self, args, nargs, kwnames);
 	}
@@ -633,11 +658,11 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 	int done = fast_figures(hooks, st, span, span_start, end_ns, now, &wait_ratio, &attributes);
 	if (done <= 0) { /* the Python hook's case; on an error it logs it once: never break the app */
 		clear_error();
+		Py_XDECREF(kind);
 		Py_DECREF(start);
 		return python_end(self, args, nargs, kwnames);
 	}
 	if (st->metrics != Py_None) {
-		PyObject *kind = LOOKUP(span, s_kind);
 		if (kind == hooks->server_kind && count_server_span(hooks, span, attributes, wait_ratio) != 0) {
 			clear_error(); /* anything unusual: record_server_span decides, and logs its own failures */
 			PyObject *ratio = PyFloat_FromDouble(wait_ratio);
@@ -645,9 +670,9 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 			Py_XDECREF(r);
 			Py_XDECREF(ratio);
 		}
-		Py_XDECREF(kind);
 		clear_error();
 	}
+	Py_XDECREF(kind);
 	Py_XDECREF(attributes);
 	Py_DECREF(start);
 	PyObject *call[2] = {span, long_from(end_ns)};
@@ -681,13 +706,14 @@ static PyObject *start_vectorcall(SpanMethod *self, PyObject *const *args, size_
 	PyObject *result = PyObject_Vectorcall(self->original, args, nargsf, kwnames);
 	if (result == NULL || PyVectorcall_NARGS(nargsf) < 1 || !self->hooks->enabled)
 		return result;
-	PyObject *span = args[0], *processor = LOOKUP(span, s_span_processor), *started = NULL;
-	Py_XDECREF(processor);
-	if (processor == self->scope && (started = LOOKUP(span, s_start_attr)) == NULL) { /* not a repeated start() */
+	PyObject *span = args[0], *f[2]; /* its processor, its Start */
+	FIELDS(span, f, s_span_processor, s_start_attr);
+	Py_XDECREF(f[0]);
+	if (f[0] == self->scope && f[1] == NULL) { /* not a repeated start() */
 		PyObject *r = snapshot_onto(self->hooks, span);
 		Py_XDECREF(r);
 	}
-	Py_XDECREF(started);
+	Py_XDECREF(f[1]);
 	clear_error(); /* the snapshot's failures are logged by the Python hook: never break the app */
 	return result;
 }
@@ -925,6 +951,8 @@ static int intern_all(void)
 	for (size_t i = 0; i < KEY_SETS; i++)
 		if ((key_sets[i] = PyDict_New()) == NULL)
 			return -1;
+	if ((zero = PyFloat_FromDouble(0.0)) == NULL)
+		return -1;
 	return lock_locked == NULL ? -1 : keys_from_semconv();
 }
 

@@ -308,10 +308,10 @@ static uint64_t span_id_of(PyObject *span_context)
 	return ok ? id : 0;
 }
 
-/* The tracked Start of the span's local parent (a new reference), or NULL. */
-static Start *parent_of(Charges *tc, PyObject *span)
+/* The tracked Start of the span's local parent (a new reference), or NULL; parent: its
+ * SpanContext, or NULL (stolen). */
+static Start *parent_of(Charges *tc, PyObject *parent)
 {
-	PyObject *parent = LOOKUP(span, s_parent);
 	uint64_t id = span_id_of(parent);
 	int remote = id && PyObject_IsTrue(PyTuple_GET_ITEM(parent, 2)) == 1;
 	Py_XDECREF(parent);
@@ -383,12 +383,13 @@ void context_start(Hooks *hooks, Start *start, PyObject *span)
 		check_unseen(tc);
 		charge(tc, &start->counters);
 	}
-	PyObject *ctx = LOOKUP(span, s_context), *name = LOOKUP(span, s_name);
-	start->span_id = span_id_of(ctx);
-	start->name = name;
-	Py_XDECREF(ctx);
+	PyObject *f[3]; /* the span's context, name and parent */
+	FIELDS(span, f, s_context, s_name, s_parent);
+	start->span_id = span_id_of(f[0]);
+	start->name = f[1];
+	Py_XDECREF(f[0]);
 	clear_error();
-	start->parent = parent_of(tc, span);
+	start->parent = parent_of(tc, f[2]);
 	start->home_tid = tc->tid;
 	start->switches = tc->switches;
 	start->epoch = epoch;
@@ -436,7 +437,7 @@ static void rename_logged(Charges *tc, const Start *start, PyObject *name)
 /* A tracked span ends on this thread: charge what ran until now, then what ran before
  * it runs again. Before its figures are read: the instant charged to (CLOCK_MONOTONIC), for
  * them to be read at; 0 where none was. */
-uint64_t context_end(Start *start, PyObject *span)
+uint64_t context_end(Start *start, PyObject *name)
 {
 	Charges *tc = charges_here();
 	if (tc == NULL) {
@@ -444,16 +445,13 @@ uint64_t context_end(Start *start, PyObject *span)
 		Py_CLEAR(start->prev_running);
 		return 0;
 	}
-	PyObject *name = LOOKUP(span, s_name); /* blame names it as it ends (a server span gets its route late) */
-	if (name != NULL && name != start->name) {
+	if (name != NULL && name != start->name) { /* blame names it as it ends (a server span gets its route late) */
 		Charges *home = tc->tid == start->home_tid ? tc : switching_thread(start->home_tid);
 		if (home != NULL)
 			rename_logged(home, start, name);
+		Py_INCREF(name);
 		Py_XSETREF(start->name, name);
-	} else {
-		Py_XDECREF(name);
 	}
-	clear_error();
 	struct counters c;
 	uint64_t now = 0;
 	if (counters_now(tc, &c, &now) == 1) {

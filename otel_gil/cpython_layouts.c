@@ -15,7 +15,8 @@
  * tagged as values; 3.13, inline values after the object, marked valid (a dict made by
  * vars() shares them while it can). As CPython's own LOAD_ATTR_INSTANCE_VALUE checks.
  * Else the generic lookup, which refills it. A call site may keep its own copy of the entry
- * it hit (lookup_at: no hash, no probe while it reads one type's instances). A store goes
+ * it hit (lookup_at: no hash, no probe while it reads one type's instances), or of several
+ * names of one type (fields_read: the type, its keys and the values checked once for all). A store goes
  * there too where the type has no __setattr__ (3.13: and no dict was made of the values).
  *
  * A threading.Lock's state (lock_state): the field its locked() returns, read in place
@@ -180,21 +181,36 @@ PyObject *lookup(PyObject *obj, PyObject *name)
 	return lookup_generic(obj, name);
 }
 
+#if KNOWN_LAYOUT
+/* obj's values where a site's record (of type, version, keys, the largest index) holds for it, else NULL. */
+static inline PyDictValues *recorded_values(PyObject *obj, PyTypeObject *recorded, unsigned int version, void *keys,
+					    Py_ssize_t top)
+{
+	PyTypeObject *type = Py_TYPE(obj);
+	if (recorded != type || version != type->tp_version_tag) /* (never 0: no record keeps it) */
+		return NULL;
+	PyDictValues *values = values_of(obj, type);
+	if (values == NULL || (void *)((PyHeapTypeObject *)type)->ht_cached_keys != keys)
+		return NULL;
+#if PY_3_13_ONLY
+	if (top >= values->capacity)
+		return NULL;
+#else
+	(void)top;
+#endif
+	return values;
+}
+#endif
+
 PyObject *lookup_at(PyObject *obj, PyObject *name, struct site *site)
 {
 #if KNOWN_LAYOUT
 	PyTypeObject *type = Py_TYPE(obj);
-	if (site->type == type && site->version == type->tp_version_tag) { /* (never 0: fill keeps none) */
-		PyDictValues *values = values_of(obj, type);
-		if (values != NULL && (void *)((PyHeapTypeObject *)type)->ht_cached_keys == site->keys
-#if PY_3_13_ONLY
-		    && site->index < values->capacity
-#endif
-		) {
-			PyObject *value = values->values[site->index];
-			Py_XINCREF(value);
-			return value;
-		}
+	PyDictValues *values = recorded_values(obj, site->type, site->version, site->keys, site->index);
+	if (values != NULL) {
+		PyObject *value = values->values[site->index];
+		Py_XINCREF(value);
+		return value;
 	}
 	PyObject *value = lookup(obj, name);
 	const struct entry *e = entry_of(type, name);
@@ -204,6 +220,51 @@ PyObject *lookup_at(PyObject *obj, PyObject *name, struct site *site)
 #else
 	return lookup(obj, name);
 #endif
+}
+
+/* fields_read's path where the site's record does not hold: each name looked up, the record
+ * refilled (apart: the record's path then saves no registers). */
+static __attribute__((noinline)) void fields_fill(PyObject *obj, PyObject *const *names, int n, struct fields *site,
+						  PyObject **out)
+{
+#if KNOWN_LAYOUT
+	PyTypeObject *type = Py_TYPE(obj);
+	int all = 1;
+	Py_ssize_t top = 0;
+	for (int i = 0; i < n; i++) {
+		out[i] = lookup(obj, names[i]);
+		const struct entry *e = entry_of(type, names[i]);
+		if (e == NULL || e->index < 0 || e->version != type->tp_version_tag || (i > 0 && e->keys != site->keys))
+			all = 0;
+		else if ((site->index[i] = e->index) > top)
+			top = e->index;
+		if (all && i == 0)
+			site->keys = e->keys;
+	}
+	if (all && n > 0)
+		site->type = type, site->version = type->tp_version_tag, site->top = top;
+	else
+		site->type = NULL;
+#else
+	(void)site;
+	for (int i = 0; i < n; i++)
+		out[i] = lookup(obj, names[i]);
+#endif
+}
+
+void fields_read(PyObject *obj, PyObject *const *names, int n, struct fields *site, PyObject **out)
+{
+#if KNOWN_LAYOUT
+	PyDictValues *values = recorded_values(obj, site->type, site->version, site->keys, site->top);
+	if (values != NULL) {
+		for (int i = 0; i < n; i++) {
+			out[i] = values->values[site->index[i]];
+			Py_XINCREF(out[i]);
+		}
+		return;
+	}
+#endif
+	fields_fill(obj, names, n, site, out);
 }
 
 int store_attr(PyObject *obj, PyObject *name, PyObject *value)

@@ -201,6 +201,25 @@ struct site {
 /* lookup(obj, name), through the site's record first. */
 HIDDEN PyObject *lookup_at(PyObject *obj, PyObject *name, struct site *site);
 #define LOOKUP(obj, name) __extension__({ static struct site site_; lookup_at((obj), (name), &site_); })
+/* Where one call site of fields_read last found its names: a site's record for several names of
+ * one type's instances, checked once for all of them. */
+#define FIELDS_MAX 8
+struct fields {
+	PyTypeObject *type; /* compared, never dereferenced */
+	unsigned int version;
+	void *keys;
+	Py_ssize_t top; /* the largest index */
+	Py_ssize_t index[FIELDS_MAX];
+};
+/* out[i] = lookup(obj, names[i]) for i < n (<= FIELDS_MAX), through the site's record first. */
+HIDDEN void fields_read(PyObject *obj, PyObject *const *names, int n, struct fields *site, PyObject **out);
+/* fields_read from a call site of its own: FIELDS(span, out, s_a, s_b) reads out[0], out[1]. */
+#define FIELDS(obj, out, ...)                                                                     \
+	do {                                                                                      \
+		static struct fields site_;                                                       \
+		PyObject *const names_[] = {__VA_ARGS__};                                         \
+		fields_read((obj), names_, (int)(sizeof(names_) / sizeof(names_[0])), &site_, (out)); \
+	} while (0)
 /* _fastspan.c: whether obj's `_lock` (a threading.Lock) is free, read in place where it can be. */
 HIDDEN int lock_free(PyObject *obj);
 /* setattr(obj, name, value) (value not NULL): 0, or -1 with an error set; where CPython allows, and a
@@ -248,8 +267,8 @@ HIDDEN int contexts_init(PyObject *module);
 HIDDEN int tracking_contexts(Hooks *hooks);
 HIDDEN int tracked_throughout(const Start *start);
 HIDDEN void context_start(Hooks *hooks, Start *start, PyObject *span);
-/* The instant charged to (CLOCK_MONOTONIC), 0 where none was. */
-HIDDEN uint64_t context_end(Start *start, PyObject *span);
+/* The span ends, named `name` now (borrowed, NULL: unknown): the instant charged to (CLOCK_MONOTONIC), 0 where none was. */
+HIDDEN uint64_t context_end(Start *start, PyObject *name);
 HIDDEN PyObject *contexts_track(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 HIDDEN PyObject *contexts_untrack(PyObject *module, PyObject *unused);
 HIDDEN PyObject *contexts_hook_modules(PyObject *module, PyObject *unused);
