@@ -307,6 +307,31 @@ static PyObject *current_ring(Hooks *self, long *generation)
 	return ring;
 }
 
+/* CLOCK_REALTIME minus CLOCK_MONOTONIC as read at `at` (CLOCK_MONOTONIC; 0: never). NTP's slewing
+ * moves both clocks alike: the difference changes only where the wall clock is set (a step), so
+ * a second's old one stands for a read of the wall clock (~20 ns a span less). */
+static struct {
+	long long offset, at;
+} wall_minus_mono;
+#define WALL_MINUS_MONO_FOR 1000000000LL
+
+/* The wall clock at `mono` (CLOCK_MONOTONIC, just read). */
+static long long wall_at(long long mono)
+{
+	if (wall_minus_mono.at == 0 || mono - wall_minus_mono.at > WALL_MINUS_MONO_FOR || mono < wall_minus_mono.at) {
+		wall_minus_mono.offset = (long long)clock_ns(CLOCK_REALTIME) - mono;
+		wall_minus_mono.at = mono;
+	}
+	return mono + wall_minus_mono.offset;
+}
+
+/* The Python hook's snapshot, where the C one cannot be taken (it says why, or logs the error once). */
+static COLD PyObject *python_start(Hooks *self, PyObject *span)
+{
+	clear_error();
+	return PyObject_CallOneArg(self->py_on_start, span);
+}
+
 /* The thread's counters onto the span as its start snapshot (None, or NULL on an error). */
 static PyObject *snapshot_onto(Hooks *self, PyObject *span)
 {
@@ -320,19 +345,16 @@ static PyObject *snapshot_onto(Hooks *self, PyObject *span)
 	}
 	long generation;
 	PyObject *ring = tracking_contexts(self) ? current_ring(self, &generation) : NULL;
-	if (ring == NULL) { /* not registered, or contexts not followed: the Python hook says why */
-		clear_error();
-		return PyObject_CallOneArg(self->py_on_start, span);
-	}
+	if (ring == NULL) /* not registered, or contexts not followed: the Python hook says why */
+		return python_start(self, span);
 	Start *start = new_start();
 	if (start == NULL) {
 		Py_DECREF(ring);
-		clear_error();
-		return PyObject_CallOneArg(self->py_on_start, span);
+		return python_start(self, span);
 	}
 	thread_for(self->registration, generation);
 	start->mono_ns = (long long)clock_ns(CLOCK_MONOTONIC);
-	start->wall_ns = (long long)clock_ns(CLOCK_REALTIME);
+	start->wall_ns = wall_at(start->mono_ns);
 	read_counters(self->base, self->nslots, (uint64_t)start->mono_ns, &start->counters);
 	Py_INCREF(self->registration), start->registration = self->registration;
 	start->ring = ring;
@@ -353,10 +375,8 @@ static PyObject *snapshot_onto(Hooks *self, PyObject *span)
 	if (!failed)
 		context_start(self, start, span);
 	Py_DECREF(start);
-	if (failed) { /* the Python hook meets the same failure and logs it, once: never break the app */
-		clear_error();
-		return PyObject_CallOneArg(self->py_on_start, span);
-	}
+	if (failed) /* the Python hook meets the same failure and logs it, once: never break the app */
+		return python_start(self, span);
 	Py_RETURN_NONE;
 }
 
@@ -412,6 +432,23 @@ static PyObject *direct_dict(PyObject *span, Py_ssize_t adding)
 	return d;
 }
 
+/* span.set_attributes({keys[i]: values[i]}): 0, or -1 with an error set. */
+static COLD int set_attributes_call(PyObject *span, PyObject *const *keys, PyObject *const *values, Py_ssize_t n)
+{
+	PyObject *attrs = PyDict_New();
+	if (attrs == NULL)
+		return -1;
+	for (Py_ssize_t i = 0; i < n; i++)
+		if (PyDict_SetItem(attrs, keys[i], values[i])) {
+			Py_DECREF(attrs);
+			return -1;
+		}
+	PyObject *r = PyObject_CallMethodOneArg(span, s_set_attributes, attrs);
+	Py_DECREF(attrs);
+	Py_XDECREF(r);
+	return r ? 0 : -1;
+}
+
 /* dict_fill_empty's models, one per set of keys fast_figures sets (a bit per key not always
  * there: others_hold_ms, hold_ratio, acquisitions, convoy_waits; a long wait's), made at import. */
 #define KEY_SETS 32
@@ -443,18 +480,7 @@ static int set_attributes(PyObject *span, unsigned which, PyObject *const *keys,
 		Py_DECREF(dict);
 		return -1;
 	}
-	PyObject *attrs = PyDict_New();
-	if (attrs == NULL)
-		return -1;
-	for (Py_ssize_t i = 0; i < n; i++)
-		if (PyDict_SetItem(attrs, keys[i], values[i])) {
-			Py_DECREF(attrs);
-			return -1;
-		}
-	PyObject *r = PyObject_CallMethodOneArg(span, s_set_attributes, attrs);
-	Py_DECREF(attrs);
-	Py_XDECREF(r);
-	return r ? 0 : -1;
+	return set_attributes_call(span, keys, values, n);
 }
 
 /* Whether the registration still has the ring the span started with. */
@@ -565,7 +591,7 @@ typedef struct {
 } SpanMethod;
 
 /* The Python hook, with wrapt's signature: (bound original, span, args, kwargs). */
-static PyObject *python_end(SpanMethod *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+static COLD PyObject *python_end(SpanMethod *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
 	PyObject *bound = PyMethod_New(self->original, args[0]);
 	PyObject *rest = bound ? PyTuple_New(nargs - 1) : NULL;

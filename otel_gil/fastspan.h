@@ -26,6 +26,8 @@
 #include "py_versions.h"
 
 #define HIDDEN __attribute__((visibility("hidden")))
+/* A path the common case never takes: out of line, apart from the hot code. */
+#define COLD __attribute__((noinline, cold))
 
 /* PyLong_AsLong for span ids and times: quicker than the ...LongLong calls, as wide on LP64. */
 _Static_assert(sizeof(long) == 8, "otel_gil._fastspan needs a 64-bit long (LP64)");
