@@ -243,7 +243,7 @@ static struct kept *kept_of(uint32_t tid)
 	PyObject *memory = global_of(threads_dict, s_memory, &memory_global); /* borrowed */
 	if (memory == NULL || memory == Py_None)
 		return NULL;
-	PyObject *freed = lookup(memory, s_freed), *generation = lookup(memory, s_generation);
+	PyObject *freed = LOOKUP(memory, s_freed), *generation = LOOKUP(memory, s_generation);
 	int ok = generation != NULL;
 	long gen = ok ? long_value(generation, &ok) : 0;
 	ok &= freed != NULL && PyObject_Length(freed) == 0; /* else owners to settle first: Memory.known's */
@@ -329,8 +329,8 @@ static int owner(uint32_t tid, uint64_t start_ns, uint64_t end_ns, PyObject **id
 	thread = PyWeakref_Check(ref) ? PyWeakref_GetObject(ref) : NULL;
 	Py_XINCREF(thread);
 #endif
-	*ident = lookup(o, s_ident);
-	*name = *ident ? lookup(o, s_o_name) : NULL;
+	*ident = LOOKUP(o, s_ident);
+	*name = *ident ? LOOKUP(o, s_o_name) : NULL;
 	rc = *name ? 0 : -1;
 	if (rc == 0 && thread != NULL && thread != Py_None) { /* _Owner.who: follows renames while its Thread lives */
 		PyObject *i, *nm;
@@ -614,9 +614,9 @@ static int init_models(void)
 static PyObject *event(PyObject *span, PyObject *const *keys, PyObject *const *values, int n, unsigned which,
 		       int64_t timestamp)
 {
-	PyObject *limits = lookup(span, s_limits);
-	PyObject *maxlen = limits ? lookup(limits, s_max_event_attrs) : NULL;
-	PyObject *mvl = maxlen ? lookup(limits, s_max_attr_len) : NULL;
+	PyObject *limits = LOOKUP(span, s_limits);
+	PyObject *maxlen = limits ? LOOKUP(limits, s_max_event_attrs) : NULL;
+	PyObject *mvl = maxlen ? LOOKUP(limits, s_max_attr_len) : NULL;
 	PyObject *result = NULL;
 	if (mvl == Py_None && (maxlen == Py_None || (PyLong_Check(maxlen) && PyLong_AsLong(maxlen) >= n))) {
 		PyObject *d = PyDict_New();
@@ -860,16 +860,16 @@ done:
 	return rc;
 }
 
-void long_waits_commit(struct long_waits *lw, PyObject *span)
+void long_waits_commit(struct long_waits *lw, PyObject *span, int open)
 {
 	if (lw->event != NULL) { /* span._add_event: under the span's lock, while it is not ended */
-		PyObject *events = lookup(span, s_events);
-		PyObject *dq = events ? lookup(events, s_dq) : NULL;
-		PyObject *end = dq ? lookup(span, s_end_time) : NULL;
+		PyObject *events = LOOKUP(span, s_events);
+		PyObject *dq = events ? LOOKUP(events, s_dq) : NULL;
+		PyObject *end = !dq ? NULL : open ? (Py_INCREF(Py_None), Py_None) : LOOKUP(span, s_end_time);
 		int exact = dq && Py_IS_TYPE(dq, (PyTypeObject *)deque_type); /* its maxlen and append: the type's */
 		PyObject *maxlen = !end ? NULL : exact ? Py_TYPE(deque_maxlen)->tp_descr_get(deque_maxlen, dq, deque_type)
 						: PyObject_GetAttr(dq, s_maxlen_dq);
-		if (maxlen != NULL && end == Py_None && lock_free(span) && lock_free(events)) {
+		if (maxlen != NULL && end == Py_None && (open || lock_free(span)) && lock_free(events)) {
 			int full = maxlen != Py_None && PyObject_Length(dq) >= PyLong_AsSsize_t(maxlen);
 			PyObject *args[] = {dq, lw->event};
 			PyObject *r = full    ? PyObject_CallMethodOneArg(events, s_append, lw->event) /* its dropped count */
