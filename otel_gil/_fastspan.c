@@ -565,8 +565,8 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 	int rc = failed ? -1 : set_attributes(span, which, keys, values, n, attributes) ? -1 : 1;
 	for (int i = 0; i < n; i++)
 		Py_XDECREF(values[i]);
-	if (rc == 1)
-		long_waits_commit(&lw, span);
+	if (rc == 1) /* (the direct path checked the span: nothing ran since) */
+		long_waits_commit(&lw, span, *attributes != NULL);
 	long_waits_clear(&lw);
 	return rc;
 }

@@ -153,6 +153,28 @@ static PyObject *ms3(int64_t ns)
 	return PyFloat_FromDouble(negative ? -ms : ms);
 }
 
+/* A module's global as last read (borrowed), while the module's dict has the same version tag
+ * (PEP 509: a new one, unique in the process, on every change of the dict; gone in 3.14). */
+struct global {
+	uint64_t tag;
+	PyObject *value;
+};
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations" /* (ma_version_tag: 3.12, 3.13) */
+/* dict[name], borrowed, NULL where absent (perhaps an error set); dict: a module's, one per g. */
+static PyObject *global_of(PyObject *dict, PyObject *name, struct global *g)
+{
+#if !PY_3_14_OR_LATER
+	uint64_t tag = ((PyDictObject *)dict)->ma_version_tag;
+	if (g->value != NULL && g->tag == tag)
+		return g->value;
+	g->tag = tag;
+#endif
+	return g->value = PyDict_GetItemWithError(dict, name);
+}
+#pragma GCC diagnostic pop
+
 static inline int64_t as_i64(PyObject *value, int *ok)
 {
 	long v = value ? PyLong_AsLong(value) : 0; /* LP64: as wide, and quicker */
@@ -160,10 +182,30 @@ static inline int64_t as_i64(PyObject *value, int *ok)
 	return v;
 }
 
+/* The last thread type found to have threading.Thread's ident and name properties, by its
+ * version tag (CPython gives a type a new one on any change of it or its bases; 0: none). */
+static PyTypeObject *thread_type;
+static unsigned int thread_type_version;
+
 /* getattr(thread, name) where its type has threading.Thread's property (its field, `private`, read directly). */
 static PyObject *thread_property(PyObject *thread, PyObject *name, PyObject *property, PyObject *private)
 {
 	return _PyType_Lookup(Py_TYPE(thread), name) == property ? lookup(thread, private) : PyObject_GetAttr(thread, name);
+}
+
+/* thread's ident and name (getattr's): *ident, *name new references, NULL on an error. */
+static void thread_ident_name(PyObject *thread, PyObject **ident, PyObject **name)
+{
+	PyTypeObject *type = Py_TYPE(thread);
+	if (type == thread_type && type->tp_version_tag == thread_type_version && thread_type_version != 0) {
+		*ident = LOOKUP(thread, s_t_private_ident);
+		*name = *ident ? LOOKUP(thread, s_t_private_name) : NULL;
+		return;
+	}
+	*ident = thread_property(thread, s_t_ident, ident_property, s_t_private_ident);
+	*name = *ident ? thread_property(thread, s_t_name, name_property, s_t_private_name) : NULL;
+	if (*name && _PyType_Lookup(type, s_t_ident) == ident_property && _PyType_Lookup(type, s_t_name) == name_property)
+		thread_type = type, thread_type_version = type->tp_version_tag; /* (_PyType_Lookup gave it one) */
 }
 
 /* What owner() read of threads' memory for a kernel id (its owners, their times, weak
@@ -197,10 +239,11 @@ static void forget(struct kept *k)
  * can tell (memory not kept, /proc to read, freed threads to settle); perhaps an error set. */
 static struct kept *kept_of(uint32_t tid)
 {
-	PyObject *memory = PyDict_GetItemWithError(threads_dict, s_memory); /* borrowed */
+	static struct global memory_global;
+	PyObject *memory = global_of(threads_dict, s_memory, &memory_global); /* borrowed */
 	if (memory == NULL || memory == Py_None)
 		return NULL;
-	PyObject *freed = lookup(memory, s_freed), *generation = lookup(memory, s_generation);
+	PyObject *freed = LOOKUP(memory, s_freed), *generation = LOOKUP(memory, s_generation);
 	int ok = generation != NULL;
 	long gen = ok ? long_value(generation, &ok) : 0;
 	ok &= freed != NULL && PyObject_Length(freed) == 0; /* else owners to settle first: Memory.known's */
@@ -286,12 +329,12 @@ static int owner(uint32_t tid, uint64_t start_ns, uint64_t end_ns, PyObject **id
 	thread = PyWeakref_Check(ref) ? PyWeakref_GetObject(ref) : NULL;
 	Py_XINCREF(thread);
 #endif
-	*ident = lookup(o, s_ident);
-	*name = *ident ? lookup(o, s_o_name) : NULL;
+	*ident = LOOKUP(o, s_ident);
+	*name = *ident ? LOOKUP(o, s_o_name) : NULL;
 	rc = *name ? 0 : -1;
 	if (rc == 0 && thread != NULL && thread != Py_None) { /* _Owner.who: follows renames while its Thread lives */
-		PyObject *i = thread_property(thread, s_t_ident, ident_property, s_t_private_ident);
-		PyObject *nm = i ? thread_property(thread, s_t_name, name_property, s_t_private_name) : NULL;
+		PyObject *i, *nm;
+		thread_ident_name(thread, &i, &nm);
 		if (nm != *name || i != *ident)
 			rc = nm && !store_attr(o, s_ident, i) && !store_attr(o, s_o_name, nm) ? 0 : -1;
 		Py_XSETREF(*ident, i);
@@ -483,9 +526,13 @@ struct model {
 	PyTypeObject *type;
 	int n;
 	PyObject *names[MODEL_ATTRS], *values[MODEL_ATTRS];
+	int given[MODEL_ATTRS]; /* names[i]'s index among those given per instance, -1: values[i] */
 };
 static struct model bounded_model, event_model;
-static PyObject *lock_maker, *empty_tuple, *s_name_, *s_timestamp, *s_attributes_;
+/* The lock of our events' BoundedAttributes, one for them all: an immutable one takes it only to
+ * copy its dict (__iter__, __deepcopy__), never while it holds another's (the SDK makes one each). */
+static PyObject *events_lock;
+static PyObject *empty_tuple, *s_name_, *s_timestamp, *s_attributes_;
 static PyObject *event_dicts[64]; /* dict_fill_empty's models, by the optional keys an event has */
 
 /* Learn obj's attributes as a model: 0, or -1 where instances cannot be made so (a __new__ of
@@ -496,16 +543,17 @@ static int learn(struct model *m, PyObject *obj, PyObject *const *given, int n_g
 	int ok = d != NULL && PyDict_CheckExact(d) && PyDict_GET_SIZE(d) <= MODEL_ATTRS, found = 0;
 	PyObject *key, *value;
 	for (Py_ssize_t pos = 0; ok && PyDict_Next(d, &pos, &key, &value);) {
-		int mine = 0;
+		int mine = -1;
 		for (int j = 0; j < n_given; j++)
-			mine |= PyUnicode_Compare(key, given[j]) == 0;
-		found += mine;
-		ok = PyUnicode_CheckExact(key) && (mine || value == Py_None || PyBool_Check(value) ||
+			if (PyUnicode_Compare(key, given[j]) == 0)
+				mine = j;
+		found += mine >= 0;
+		ok = PyUnicode_CheckExact(key) && (mine >= 0 || value == Py_None || PyBool_Check(value) ||
 						   PyLong_CheckExact(value) || PyUnicode_CheckExact(value));
 		Py_INCREF(key);
 		PyUnicode_InternInPlace(&key);
 		Py_INCREF(value);
-		m->names[m->n] = key, m->values[m->n++] = value;
+		m->given[m->n] = mine, m->names[m->n] = key, m->values[m->n++] = value;
 	}
 	Py_XDECREF(d);
 	if (ok && found == n_given) {
@@ -516,18 +564,14 @@ static int learn(struct model *m, PyObject *obj, PyObject *const *given, int n_g
 	return ok && found == n_given ? 0 : -1;
 }
 
-/* A new instance of the model's type with its attributes, names[i] set to values[i] (interned names). */
-static PyObject *instance(const struct model *m, PyObject *const *names, PyObject *const *values, int n)
+/* A new instance of the model's type with its attributes, those given set to given[j] in learn's
+ * order (NULL: the model's values). */
+static PyObject *instance(const struct model *m, PyObject *const *given)
 {
 	PyObject *obj = m->type->tp_new(m->type, empty_tuple, NULL);
-	for (int i = 0; obj && i < m->n; i++) {
-		PyObject *value = m->values[i];
-		for (int j = 0; j < n; j++)
-			if (names[j] == m->names[i])
-				value = values[j];
-		if (store_attr(obj, m->names[i], value))
+	for (int i = 0; obj && i < m->n; i++)
+		if (store_attr(obj, m->names[i], given && m->given[i] >= 0 ? given[m->given[i]] : m->values[i]))
 			Py_CLEAR(obj);
-	}
 	return obj;
 }
 
@@ -543,28 +587,19 @@ static int init_models(void)
 	PyObject *bounded = kwnames ? PyObject_Vectorcall(bounded_type, none_true, 1, kwnames) : NULL;
 	PyObject *args[] = {event_name, bounded, PyLong_FromLong(0)};
 	PyObject *ev = bounded && args[2] ? PyObject_Vectorcall(event_type, args, 3, NULL) : NULL;
-	PyObject *lock = bounded ? PyObject_GetAttr(bounded, s_lock) : NULL;
-	PyObject *threading = PyImport_ImportModule("threading"), *plain = attr_of(threading, "Lock");
-	PyObject *plain_lock = plain ? PyObject_CallNoArgs(plain) : NULL;
-	/* threading.Lock() where the SDK's is one (its type makes none before 3.13), else its type */
-	lock_maker = lock && plain_lock && Py_IS_TYPE(lock, Py_TYPE(plain_lock)) ? plain : lock ? (PyObject *)Py_TYPE(lock) : NULL;
-	Py_XINCREF(lock_maker);
-	Py_XDECREF(threading);
-	Py_XDECREF(plain);
-	Py_XDECREF(plain_lock);
+	events_lock = bounded ? PyObject_GetAttr(bounded, s_lock) : NULL; /* one of the SDK's own */
 	PyObject *b_given[] = {s_o_dict, s_lock, s_maxlen_dq, s_immutable}, *e_given[] = {s_name_, s_timestamp, s_attributes_};
-	int failed = ev == NULL || lock_maker == NULL || learn(&bounded_model, bounded, b_given, 4) ||
+	int failed = ev == NULL || events_lock == NULL || learn(&bounded_model, bounded, b_given, 4) ||
 		     learn(&event_model, ev, e_given, 3);
 	Py_XDECREF(kwnames);
 	Py_XDECREF(bounded);
 	Py_XDECREF(args[2]);
 	Py_XDECREF(ev);
-	Py_XDECREF(lock);
 	for (int i = 0; i < 64 && !failed; i++)
 		failed = (event_dicts[i] = PyDict_New()) == NULL;
 	const struct model *models[] = {&bounded_model, &event_model};
 	for (int m = 0; m < 2 && !failed; m++) { /* store_attr's way into the types' instances, learned on one */
-		PyObject *probe = instance(models[m], NULL, NULL, 0);
+		PyObject *probe = instance(models[m], NULL);
 		for (int i = 0; probe && i < models[m]->n; i++)
 			Py_XDECREF(lookup(probe, models[m]->names[i]));
 		failed = probe == NULL;
@@ -579,23 +614,21 @@ static int init_models(void)
 static PyObject *event(PyObject *span, PyObject *const *keys, PyObject *const *values, int n, unsigned which,
 		       int64_t timestamp)
 {
-	PyObject *limits = lookup(span, s_limits);
-	PyObject *maxlen = limits ? lookup(limits, s_max_event_attrs) : NULL;
-	PyObject *mvl = maxlen ? lookup(limits, s_max_attr_len) : NULL;
+	PyObject *limits = LOOKUP(span, s_limits);
+	PyObject *maxlen = limits ? LOOKUP(limits, s_max_event_attrs) : NULL;
+	PyObject *mvl = maxlen ? LOOKUP(limits, s_max_attr_len) : NULL;
 	PyObject *result = NULL;
 	if (mvl == Py_None && (maxlen == Py_None || (PyLong_Check(maxlen) && PyLong_AsLong(maxlen) >= n))) {
 		PyObject *d = PyDict_New();
 		int rc = d ? dict_fill_empty(d, event_dicts[which], keys, values, n) : -1;
 		for (int i = 0; rc == 0 && i < n; i++)
 			rc = PyDict_SetItem(d, keys[i], values[i]);
-		PyObject *lock = rc >= 0 ? PyObject_CallNoArgs(lock_maker) : NULL;
-		PyObject *b_names[] = {s_o_dict, s_lock, s_maxlen_dq, s_immutable}, *b_values[] = {d, lock, maxlen, Py_True};
-		PyObject *bounded = lock ? instance(&bounded_model, b_names, b_values, 4) : NULL;
-		PyObject *ts = bounded ? PyLong_FromLongLong(timestamp) : NULL;
-		PyObject *e_names[] = {s_name_, s_timestamp, s_attributes_}, *e_values[] = {event_name, ts, bounded};
-		result = ts ? instance(&event_model, e_names, e_values, 3) : NULL;
+		PyObject *b_values[] = {d, events_lock, maxlen, Py_True}; /* init_models' b_given */
+		PyObject *bounded = rc >= 0 ? instance(&bounded_model, b_values) : NULL;
+		PyObject *ts = bounded ? long_from(timestamp) : NULL;
+		PyObject *e_values[] = {event_name, ts, bounded}; /* init_models' e_given */
+		result = ts ? instance(&event_model, e_values) : NULL;
 		Py_XDECREF(d);
-		Py_XDECREF(lock);
 		Py_XDECREF(bounded);
 		Py_XDECREF(ts);
 	}
@@ -670,7 +703,8 @@ int long_waits_read(Start *start, PyObject *span, uint64_t now, const struct cou
 		return 0;
 	if (w_start < (uint64_t)start->mono_ns || w_end > now)
 		return 0; /* not the span's (spans.figures leaves it out) */
-	PyObject *threshold = PyDict_GetItemWithError(wait_spans_dict, s_threshold); /* borrowed */
+	static struct global threshold_global;
+	PyObject *threshold = global_of(wait_spans_dict, s_threshold, &threshold_global); /* borrowed */
 	long long threshold_ns = threshold && PyLong_Check(threshold) ? PyLong_AsLongLong(threshold) : -1;
 	PyObject *handed = threshold_ns ? lookup(span, handed_name) : NULL;
 	Py_XDECREF(handed);
@@ -826,16 +860,16 @@ done:
 	return rc;
 }
 
-void long_waits_commit(struct long_waits *lw, PyObject *span)
+void long_waits_commit(struct long_waits *lw, PyObject *span, int open)
 {
 	if (lw->event != NULL) { /* span._add_event: under the span's lock, while it is not ended */
-		PyObject *events = lookup(span, s_events);
-		PyObject *dq = events ? lookup(events, s_dq) : NULL;
-		PyObject *end = dq ? lookup(span, s_end_time) : NULL;
+		PyObject *events = LOOKUP(span, s_events);
+		PyObject *dq = events ? LOOKUP(events, s_dq) : NULL;
+		PyObject *end = !dq ? NULL : open ? (Py_INCREF(Py_None), Py_None) : LOOKUP(span, s_end_time);
 		int exact = dq && Py_IS_TYPE(dq, (PyTypeObject *)deque_type); /* its maxlen and append: the type's */
 		PyObject *maxlen = !end ? NULL : exact ? Py_TYPE(deque_maxlen)->tp_descr_get(deque_maxlen, dq, deque_type)
 						: PyObject_GetAttr(dq, s_maxlen_dq);
-		if (maxlen != NULL && end == Py_None && lock_free(span) && lock_free(events)) {
+		if (maxlen != NULL && end == Py_None && (open || lock_free(span)) && lock_free(events)) {
 			int full = maxlen != Py_None && PyObject_Length(dq) >= PyLong_AsSsize_t(maxlen);
 			PyObject *args[] = {dq, lw->event};
 			PyObject *r = full    ? PyObject_CallMethodOneArg(events, s_append, lw->event) /* its dropped count */

@@ -20,8 +20,9 @@ struct long_waits {
  * Python hooks must do it. Runs Python code (the event's making): before any check that
  * needs the GIL kept. */
 HIDDEN int long_waits_read(Start *start, PyObject *span, uint64_t now, const struct counters *end, struct long_waits *lw);
-/* Append the event (span._add_event, as the SDK checks it) and close the hand-ups; after the attributes. */
-HIDDEN void long_waits_commit(struct long_waits *lw, PyObject *span);
+/* Append the event (span._add_event, as the SDK checks it) and close the hand-ups; after the attributes.
+ * open: the span was seen not ended and its lock free with no Python code run since (their checks skipped). */
+HIDDEN void long_waits_commit(struct long_waits *lw, PyObject *span, int open);
 HIDDEN void long_waits_clear(struct long_waits *lw);
 
 #endif

@@ -6,12 +6,13 @@ then the span ended by the C hooks, which must leave the same ``gil.wait`` event
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import threading
 import time
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
 from otel_gil import spans, threads, wait_spans
 from otel_gil.inprocess import InProcess
@@ -21,8 +22,14 @@ if spans._fastspan is None:
     pytest.fail("otel_gil._fastspan is not built: pip install -e .")
 
 
+@pytest.fixture
+def span_limits(request):
+    """The provider's limits (indirect parametrization), the SDK's defaults unless given."""
+    return getattr(request, "param", None)
+
+
 @pytest.fixture(params=[0, 50], ids=["no wait spans", "wait spans from 50 ms"])
-def setup(monkeypatch, request):
+def setup(monkeypatch, request, span_limits):
     monkeypatch.setattr(wait_spans, "threshold_ns", request.param * 1_000_000)
     registration = InProcess(long_wait_ns=1_000_000)
     registration.start()
@@ -33,7 +40,7 @@ def setup(monkeypatch, request):
         return python_end(*args)
 
     monkeypatch.setattr(spans, "end_wrapper", end_wrapper)
-    provider = TracerProvider()
+    provider = TracerProvider(span_limits=span_limits)
     hook = spans.GilSpanProcessor(registration, None, fast=True)
     spans.hook_provider(provider, hook)
     threads.watch_starts()
@@ -84,6 +91,9 @@ def _long_wait(tracer, go, entered, handed, named: str) -> bool:
     assert (event.name, event.timestamp) == (name, timestamp)
     assert dict(event.attributes) == {k: _plain(v) for k, v in event_attrs.items()}
     assert list(event.attributes) == list(event_attrs)
+    assert dict(copy.deepcopy(event.attributes)) == dict(event.attributes)  # (its lock, shared: taken to copy)
+    with pytest.raises(TypeError):
+        event.attributes["x"] = 1  # immutable, as the SDK's add_event leaves it
     if wait_spans.threshold_ns:  # a wait shorter than that drawn by none: hand-ups to this span closed
         assert getattr(span, wait_spans._HANDED) is wait_spans._CLOSED
     return span not in handed  # (a thread freed meanwhile: its owners settled by Python's first)
@@ -115,3 +125,50 @@ def test_a_new_owner_of_the_blockers_kernel_id_names_the_waits_after_it(setup):
             threads._memory.add(threads._Owner(blocker.native_id, now, now, 12345, "reborn"))
         compared[i >= 20] += _long_wait(tracer, go, entered, handed, "blocker" if i < 20 else "reborn")
     assert min(compared) >= 10, f"{compared} of 20 spans before and after had a long wait taken by the C hooks"
+
+
+def _wait_in(tracer, go, entered, handed, before: int = 0):
+    """A span with `before` events of its own, then a long wait: the span, the figures' events, whether
+    the C hooks took it."""
+    span = tracer.start_span("op")
+    for i in range(before):
+        span.add_event(f"before {i}")
+    go.release()
+    entered.acquire()  # the blocker took the GIL: this thread waits 4 ms for it
+    _, events, _ = spans.figures(getattr(span, spans._SNAPSHOT_ATTR), span.start_time)
+    span.end()
+    return span, events, span not in handed
+
+
+@pytest.mark.parametrize("span_limits", [SpanLimits(max_events=1)], indirect=True)
+def test_a_span_at_its_event_limit_keeps_the_long_wait_and_counts_the_dropped_as_the_sdk(setup):
+    """The SDK's events at their limit drop the oldest and count it (BoundedList.append): the C
+    hooks' event goes in the same way."""
+    tracer, go, entered, handed, _ = setup
+    taken = 0
+    for _ in range(20):
+        span, events, c_hooks = _wait_in(tracer, go, entered, handed, before=1)
+        if events:
+            assert [e.name for e in span.events] == [events[0][0]]
+            assert span.dropped_events == 1
+            taken += c_hooks
+    assert taken >= 10, f"only {taken} of 20 spans had a long wait taken by the C hooks"
+
+
+@pytest.mark.parametrize("span_limits", [SpanLimits(max_event_attributes=3)], indirect=True)
+def test_an_event_attribute_limit_leaves_the_event_to_the_sdk(setup):
+    """Under a limit of the event's attributes the SDK keeps the last ones and counts the
+    dropped: the C hooks leave such an event to the Python hooks, which add it through the SDK."""
+    tracer, go, entered, handed, _ = setup
+    seen = 0
+    for _ in range(20):
+        span, events, c_hooks = _wait_in(tracer, go, entered, handed)
+        if events:
+            (name, attrs, _, _), = events
+            (event,) = span.events
+            kept = list(attrs.items())[-3:]
+            assert (event.name, list(event.attributes.items())) == (name, [(k, _plain(v)) for k, v in kept])
+            assert event.attributes.dropped == len(attrs) - 3
+            assert not c_hooks
+            seen += 1
+    assert seen >= 10, f"only {seen} of 20 spans had a long wait"
