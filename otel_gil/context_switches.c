@@ -475,6 +475,7 @@ uint64_t context_end(Start *start, PyObject *span)
 		if (tc->unseen)
 			start->own.flags |= OWN_UNSEEN;
 	}
+	forget_running(tc, start);
 	return now;
 }
 
