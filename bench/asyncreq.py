@@ -2,9 +2,10 @@
 measured so that the machine's other load cancels out.
 
     .venv/bin/python bench/asyncreq.py [--rounds 30] [--requests 200] [--loop uvloop] [--baseline CHECKOUT]
+                                       [--processes 4]
 
 bench/asyncload.py's app (bench/asyncload_app.py, FastAPI's OpenTelemetry instrumentation on a
-TracerProvider exporting nowhere) in one long-lived worker process per mode, each driving requests
+TracerProvider exporting nowhere) in long-lived worker processes, one per mode at a time, each driving requests
 through the ASGI app on its event loop (asyncio's, or uvloop's with ``--loop uvloop``), no socket:
   otel           OpenTelemetry alone
   otel+gil       with otel-gil (GilInstrumentor, in-process backend, its defaults)
@@ -14,6 +15,9 @@ requests per route, modes in rotating order, and each block is timed by its thre
 (time.thread_time_ns: time it was preempted by other processes is not counted). A round's ratio
 is OpenTelemetry alone's CPU per request over the mode's (the throughput bound: 97 % = 3 % more
 CPU per request); the figure is the median over rounds, with the quartiles of the rounds' ratios.
+A process's own layout (where ASLR put its heap and code) moves its CPU per request by about 1 %
+for its whole life: two workers running the same build differed by 1.2 % over 120 rounds. So the
+rounds are shared among --processes fresh workers per mode, one after another.
 Writes the section "async requests in process" (with uvloop: "... on uvloop") of bench/RESULTS.md.
 """
 
@@ -94,26 +98,28 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=200, help="per block (a mode, a route, a round)")
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
     parser.add_argument("--baseline", type=Path, help="another otel-gil checkout (C parts built in place)")
+    parser.add_argument("--processes", type=int, default=4, help="worker processes per mode, one after another")
     args = parser.parse_args()
     modes = {"otel": (ROOT, False), "otel+gil": (ROOT, True)}
     if args.baseline:
         modes["otel+gil-baseline"] = (args.baseline, True)
-    workers = {m: Worker(checkout, gil, args.loop) for m, (checkout, gil) in modes.items()}
     us: dict[str, dict[str, list[float]]] = {m: {r: [] for r in ROUTES} for m in modes}
-    try:
-        for w in workers.values():  # warm-up
-            for route in ROUTES:
-                w.block(route, args.requests)
-        names = list(modes)
-        for i in range(args.rounds):
-            for route in ROUTES:
-                for m in names[i % len(names):] + names[:i % len(names)]:
-                    us[m][route].append(workers[m].block(route, args.requests) / args.requests / 1000)
-            print(f"round {i + 1}/{args.rounds}: " + ", ".join(
-                f"{m} {r} {us[m][r][-1]:.0f} us" for m in modes for r in ROUTES), flush=True)
-    finally:
-        for w in workers.values():
-            w.close()
+    names = list(modes)
+    for p in range(args.processes):  # fresh workers: each process's own layout moves its CPU per request
+        workers = {m: Worker(checkout, gil, args.loop) for m, (checkout, gil) in modes.items()}
+        try:
+            for w in workers.values():  # warm-up
+                for route in ROUTES:
+                    w.block(route, args.requests)
+            for i in range(p * args.rounds // args.processes, (p + 1) * args.rounds // args.processes):
+                for route in ROUTES:
+                    for m in names[i % len(names):] + names[:i % len(names)]:
+                        us[m][route].append(workers[m].block(route, args.requests) / args.requests / 1000)
+                print(f"round {i + 1}/{args.rounds}: " + ", ".join(
+                    f"{m} {r} {us[m][r][-1]:.0f} us" for m in modes for r in ROUTES), flush=True)
+        finally:
+            for w in workers.values():
+                w.close()
 
     def rounds(m: str, r: str) -> list[float]:
         return [o / g for o, g in zip(us["otel"][r], us[m][r])]
@@ -122,11 +128,12 @@ def main() -> int:
     uv = args.loop == "uvloop"
     body = "\n".join([
         f"`.venv/bin/python bench/asyncreq.py --rounds {args.rounds} --requests {args.requests}"
-        f"{' --loop uvloop' if uv else ''}{f' --baseline {args.baseline}' if args.baseline else ''}` on "
+        f"{' --loop uvloop' if uv else ''}{f' --processes {args.processes}' if args.processes != 4 else ''}{f' --baseline {args.baseline}' if args.baseline else ''}` on "
         f"{results.machine()}. bench/asyncload_app.py's FastAPI app driven in process on "
         f"{'uvloop' if uv else 'asyncio'}'s loop, one worker process per mode taking turns; blocks of "
         f"{args.requests} requests per mode and route, {args.rounds} rounds in rotating order, each block timed by "
-        "its thread's CPU time. Ratio: OpenTelemetry alone's CPU per request over the mode's, median of the "
+        f"its thread's CPU time; {args.processes} worker process(es) per mode in turn, each for an equal share "
+        "of the rounds. Ratio: OpenTelemetry alone's CPU per request over the mode's, median of the "
         "rounds (their quartiles).",
         "",
         "| route | mode | CPU µs per request (median) | vs otel | quartiles over rounds |",

@@ -84,6 +84,7 @@ typedef struct {
 	uint64_t loopless;    /* its thread state dict's version when asyncio last said no loop ran (0: never) */
 	PyObject *tracer;     /* this thread's greenlet tracer, once set */
 	Py_ssize_t modules;   /* len(sys.modules) when greenlet was last looked for */
+	int remembered;       /* entries of seen and by_otel with a Start (switch_hooks.h) */
 	struct seen seen[SEEN_LEN]; /* by the context's key: a switch back finds its Start here */
 	struct seen by_otel[SEEN_LEN]; /* by OpenTelemetry's context: a mapping's misses looked up there */
 } Charges;
@@ -473,6 +474,7 @@ uint64_t context_end(Start *start, PyObject *name)
 		if (tc->unseen)
 			start->own.flags |= OWN_UNSEEN;
 	}
+	forget_running(tc, start);
 	return now;
 }
 

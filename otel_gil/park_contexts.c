@@ -154,6 +154,7 @@ typedef struct {
 	PyObject *tracer;     /* this thread's greenlet tracer, once set */
 	PyObject *spare_run;  /* a freed ctx.run bound, for the next (switch_hooks.h) */
 	Py_ssize_t modules;   /* len(sys.modules) when greenlet was last looked for */
+	int remembered;       /* entries of seen and by_otel with a running (switch_hooks.h) */
 	struct seen seen[SEEN_LEN];
 	struct seen by_otel[SEEN_LEN]; /* by OpenTelemetry's context: a mapping's misses looked up there */
 } Charges;

@@ -16,7 +16,8 @@
  * span key, NULL until known), SWITCH_OF_SPAN(span) (a span's accumulator, a new reference, or
  * NULL) and SWITCH_LOOP_SEEN(loop) (whether a running loop that is not a stdlib one has its
  * switches seen all the same); its Charges type (fields owner, running, context, unseen, loop,
- * loop_seen, seen[SEEN_LEN] and by_otel[SEEN_LEN] (struct seen: key, running), spare_run: a freed BoundRun its
+ * loop_seen, seen[SEEN_LEN] and by_otel[SEEN_LEN] (struct seen: key, running), remembered (an int: how
+ * many of their entries have a running), spare_run: a freed BoundRun its
  * dealloc frees with PyObject_GC_Del), ChargesType, `here` (TLS: tstate, charges) and
  * s_charges_key; and, anywhere in the file, `switched(Charges *, SWITCH_RUNNING *next, int
  * look_up)` (a charge point, after which `next`, stolen, runs, or with look_up whoever is current
@@ -166,6 +167,7 @@ static SWITCH_COLD SWITCH_RUNNING *remember_running(Charges *tc, struct seen *se
 	PyErr_Clear();
 	if (by_otel != NULL) {
 		Py_XINCREF(running);
+		tc->remembered += (running != NULL) - (by_otel->running != NULL);
 		Py_XSETREF(by_otel->running, running);
 		Py_INCREF(octx);
 		Py_XSETREF(by_otel->key, octx);
@@ -173,6 +175,7 @@ static SWITCH_COLD SWITCH_RUNNING *remember_running(Charges *tc, struct seen *se
 found:
 	Py_XDECREF(octx);
 	Py_XINCREF(running);
+	tc->remembered += (running != NULL) - (seen->running != NULL);
 	Py_XSETREF(seen->running, running);
 	Py_INCREF(key);
 	Py_XSETREF(seen->key, key);
@@ -192,6 +195,31 @@ static inline SWITCH_RUNNING *current_running(Charges *tc)
 	Py_XDECREF(octx);
 	Py_XINCREF(seen->running);
 	return seen->running;
+}
+
+/* `ended`'s span ended: tc forgets the contexts it remembered as running it (a context of an
+ * ended span is rarely switched to again: its detach came first), so that what they hold (the
+ * span, OpenTelemetry's context) is freed now, hot, as OpenTelemetry alone frees it, not some
+ * switches later, cold. A context switched to again all the same is looked up anew. */
+static SWITCH_UNUSED void forget_running(Charges *tc, SWITCH_RUNNING *ended)
+{
+	PyObject *gone[4 * SEEN_LEN];
+	int n = 0;
+	if (tc->remembered == 0) /* (no entry has a span: nothing to scan, as on a thread that never switched) */
+		return;
+	for (int i = 0; i < SEEN_LEN; i++) {
+		struct seen *lists[] = {&tc->seen[i], &tc->by_otel[i]};
+		for (int k = 0; k < 2; k++)
+			if (lists[k]->running == ended && lists[k]->key != NULL) {
+				gone[n++] = lists[k]->key;
+				gone[n++] = (PyObject *)ended;
+				lists[k]->key = NULL;
+				lists[k]->running = NULL;
+				tc->remembered--;
+			}
+	}
+	while (n > 0) /* (after the lists are consistent: a deallocation may switch contexts) */
+		Py_DECREF(gone[--n]);
 }
 
 /* The context current now is the one the last charge point saw. */

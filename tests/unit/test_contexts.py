@@ -305,6 +305,24 @@ def holds(exporter) -> tuple:
     return got["a"].get("gil.hold_ms"), got["b"].get("gil.hold_ms")
 
 
+def test_a_spans_contexts_are_let_go_of_as_it_ends(c_hooks):
+    """The thread's cache of contexts (switch_hooks.h's seen and by_otel) forgets the contexts of a
+    span as it ends (forget_running): OpenTelemetry's context that held the span is freed with its
+    task, as without otel-gil, not some switches later (fails with forget_running's call taken out)."""
+    from opentelemetry import context as otel_context
+
+    tracer, kept = c_hooks[0], []
+
+    async def request() -> None:
+        with tracer.start_as_current_span("a"):
+            kept.append(weakref.ref(otel_context.get_current()))
+            await asyncio.sleep(0)
+
+    asyncio.run(request())
+    gc.collect()
+    assert kept and kept[0]() is None
+
+
 def test_ctx_run_bound_by_the_hooks_passes_every_argument_and_is_collected(c_hooks):
     """Context.run's replacement binds without a method object (switch_hooks.h's BoundRun): the
     context is its __self__; positional and keyword arguments reach the callable whether the
