@@ -40,8 +40,7 @@ static PyObject *k_thread_name, *k_thread_id, *k_wait_ms, *k_hold_ms, *k_wait_ra
 	*k_acquisitions, *k_convoy_waits, *k_others_hold_ms, *k_http_route;
 static PyObject *zero; /* 0.0, the value of most calm spans' wait figures: one float for all */
 
-/* v as a float attribute value (a new reference): 0.0 without an allocation. */
-static PyObject *float_value(double v)
+PyObject *float_value(double v)
 {
 	if (v == 0.0) {
 		Py_INCREF(zero);

@@ -131,14 +131,10 @@ static int init(void)
 
 /* round(ns / 1e6, 3) as Python has it (blame._ms): the decimal nearest ns / 1e6 as a double
  * (ties: by the side of the exact half the double ns / 1e6 lies on, which round() decides by). */
-static PyObject *zero_ms; /* 0.0: a wait's figures are often that */
-
 static PyObject *ms3(int64_t ns)
 {
-	if (ns == 0 && zero_ms != NULL) {
-		Py_INCREF(zero_ms);
-		return zero_ms;
-	}
+	if (ns == 0) /* (a wait's figures are often that) */
+		return float_value(0.0);
 	int negative = ns < 0;
 	uint64_t a = negative ? -(uint64_t)ns : (uint64_t)ns, q = a / 1000, r = a % 1000;
 	if (r > 500) {
@@ -581,7 +577,6 @@ static int init_models(void)
 	s_timestamp = PyUnicode_InternFromString("_timestamp");
 	s_attributes_ = PyUnicode_InternFromString("_attributes");
 	empty_tuple = PyTuple_New(0);
-	zero_ms = PyFloat_FromDouble(0.0);
 	PyObject *kwnames = Py_BuildValue("(s)", "immutable");
 	PyObject *none_true[] = {Py_None, Py_True};
 	PyObject *bounded = kwnames ? PyObject_Vectorcall(bounded_type, none_true, 1, kwnames) : NULL;
