@@ -657,19 +657,48 @@ def test_a_new_registration_reads_its_own_ring_not_a_slot_found_in_the_last_ones
     fake) has a ring of its own: the slot index a thread found in the first ring is not used on
     it (its first generation once equalled the first one's, and an index past the smaller ring's
     end lost the span its figures: ``struct.error``)."""
-    tid = threading.get_native_id()
-    second = make_ring(16)  # 16 slots and the hold log: 1,169 entries
-    first = make_ring(next(n for n in range(1300, 4000) if tid % n >= ringlib.entries(16)))
-    slot_for(first, tid)  # at its home, tid % nslots: past all of the second ring
-    with hooked(FakeRegistration(first), fast) as (tracer, _, exporter):
-        tracer.start_span("first").end()
-    s = slot_for(second, tid)
-    with hooked(FakeRegistration(second), fast) as (tracer, _, exporter):
-        with tracer.start_as_current_span("second"):
-            s.hold_ns += 3_000_000
-            time.sleep(0.004)
-    (span,) = exporter.get_finished_spans()
-    assert span.attributes.get(GIL_HOLD_MS) == 3.0, dict(span.attributes)
+    past = ringlib.entries(16)  # the second ring: 16 slots and the hold log, 1,169 entries
+
+    def spans() -> dict:
+        tid = threading.get_native_id()
+        second = make_ring(16)
+        first = make_ring(next(n for n in range(1300, 4000) if tid % n >= past))
+        slot_for(first, tid)  # at its home, tid % nslots: past all of the second ring
+        with hooked(FakeRegistration(first), fast) as (tracer, _, exporter):
+            tracer.start_span("first").end()
+        s = slot_for(second, tid)
+        with hooked(FakeRegistration(second), fast) as (tracer, _, exporter):
+            with tracer.start_as_current_span("second"):
+                s.hold_ns += 3_000_000
+                time.sleep(0.004)
+        (span,) = exporter.get_finished_spans()
+        return dict(span.attributes)
+
+    attributes = in_a_thread_with_tid_from(past, spans)
+    assert attributes.get(GIL_HOLD_MS) == 3.0, attributes
+
+
+def in_a_thread_with_tid_from(low: int, run):
+    """run() in a thread whose kernel id is ``low`` or more (a machine whose pids wrapped gives
+    small ones): threads are started until one is; what run returns, or raises."""
+    done: dict = {}
+
+    def body():
+        if threading.get_native_id() >= low:
+            try:
+                done["value"] = run()
+            except BaseException as e:  # (raised in the caller's thread below)
+                done["error"] = e
+    for _ in range(low + 100):  # (the kernel gives ids upward from its last: low of them reach it)
+        t = threading.Thread(target=body)
+        t.start()
+        t.join()
+        if done:
+            break
+    if "error" in done:
+        raise done["error"]
+    assert "value" in done, f"no thread got a kernel id of {low} or more"
+    return done["value"]
 
 
 def seen_both(exporter) -> bool:
