@@ -223,28 +223,29 @@ PyObject *lookup_at(PyObject *obj, PyObject *name, struct site *site)
 }
 
 /* fields_read's path where the site's record does not hold: each name looked up, the record
- * refilled (apart: the record's path then saves no registers). */
+ * refilled (apart: the record's path then saves no registers). A lookup may run Python code that
+ * reads through the same site: the record is dropped first and written whole at the end. */
 static __attribute__((noinline)) void fields_fill(PyObject *obj, PyObject *const *names, int n, struct fields *site,
 						  PyObject **out)
 {
 #if KNOWN_LAYOUT
 	PyTypeObject *type = Py_TYPE(obj);
-	int all = 1;
-	Py_ssize_t top = 0;
+	struct fields made = {type, 0, NULL, 0, {0}};
+	int all = n > 0;
+	site->type = NULL;
 	for (int i = 0; i < n; i++) {
 		out[i] = lookup(obj, names[i]);
 		const struct entry *e = entry_of(type, names[i]);
-		if (e == NULL || e->index < 0 || e->version != type->tp_version_tag || (i > 0 && e->keys != site->keys))
+		if (e == NULL || e->index < 0 || e->version != type->tp_version_tag ||
+		    (i > 0 && (e->keys != made.keys || e->version != made.version)))
 			all = 0;
-		else if ((site->index[i] = e->index) > top)
-			top = e->index;
+		else if ((made.index[i] = e->index) > made.top)
+			made.top = e->index;
 		if (all && i == 0)
-			site->keys = e->keys;
+			made.keys = e->keys, made.version = e->version;
 	}
-	if (all && n > 0)
-		site->type = type, site->version = type->tp_version_tag, site->top = top;
-	else
-		site->type = NULL;
+	if (all && made.version == type->tp_version_tag) /* (the type unchanged by any of the lookups) */
+		*site = made;
 #else
 	(void)site;
 	for (int i = 0; i < n; i++)

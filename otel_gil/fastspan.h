@@ -233,7 +233,7 @@ HIDDEN int store_attr(PyObject *obj, PyObject *name, PyObject *value);
 HIDDEN int dict_fill_empty(PyObject *dict, PyObject *model, PyObject *const *keys, PyObject *const *values,
 			   Py_ssize_t n);
 
-/* _fastspan.c: v as a float attribute value (a new reference), 0.0 (or -0.0) as one float kept for all. */
+/* _fastspan.c: v as a float attribute value (a new reference); 0.0 (and -0.0, as 0.0) one float kept for all. */
 HIDDEN PyObject *float_value(double v);
 /* PyLong_AsLong(v), *ok 1; or *ok 0 where that fails (no error left set). */
 HIDDEN long long_value(PyObject *v, int *ok);

@@ -216,6 +216,44 @@ def case_more_types_and_names_than_the_cache_holds():
             same(obj, "c")
 
 
+def together(obj, names: tuple) -> None:
+    """fields(obj, names), twice (the first refills the site, the second may read through it), is getattr's."""
+    names = tuple(sys.intern(name) for name in names)
+    expected = tuple(getattr(obj, name, checks.ABSENT) for name in names)
+    for _ in range(2):
+        assert checks.fields(obj, names) == expected, (type(obj).__name__, names, checks.fields(obj, names))
+
+
+def case_several_names_read_together_as_getattr_reads_them():
+    """One call site reading several names (fields_read): types taking turns at it, their names at
+    other indices, names absent or shadowed by the class; and a read through the same site by
+    Python code one of its own lookups runs (a property's getter) while the site is refilled."""
+    Span = span_type(_end_time=None, _name="op", _kind="server")
+    Other = span_type(_pad=0, _kind="client", _name="other", _end_time=5)  # the same names at other indices
+    s, o = Span(), Other()
+    for _ in range(2):
+        together(s, ("_end_time", "_name", "_kind"))
+        together(o, ("_end_time", "_name", "_kind"))
+        together(s, ("_name", "_missing"))
+    s._name = "renamed"
+    together(s, ("_end_time", "_name", "_kind"))
+    inner = []
+
+    class Reading:
+        def __init__(self):
+            self._kind, self._name = "reading", "outer"
+
+        @property
+        def _end_time(self):  # read through the site, as another span's end would be, mid-refill
+            inner.append(checks.fields(o, (sys.intern("_end_time"), sys.intern("_name"), sys.intern("_kind"))))
+            return None
+
+    together(o, ("_end_time", "_name", "_kind"))  # the site holds Other's record
+    outer = checks.fields(Reading(), (sys.intern("_kind"), sys.intern("_end_time"), sys.intern("_name")))
+    assert outer == ("reading", None, "outer"), outer
+    assert inner == [(5, "other", "client")], inner
+
+
 def case_an_empty_dict_filled_from_a_model_is_what_inserting_in_order_leaves():
     keys = tuple(sys.intern(k) for k in ("thread.name", "thread.id", "gil.wait_ms", "gil.hold_ms", "gil.wait_ratio"))
     model = {}

@@ -51,6 +51,27 @@ static PyObject *checks_cached(PyObject *module, PyObject *args)
 #endif
 }
 
+static PyObject *checks_fields(PyObject *module, PyObject *args)
+{
+	static struct fields site; /* one call site, as FIELDS() gives each */
+	PyObject *obj, *names, *out[FIELDS_MAX];
+	if (!PyArg_ParseTuple(args, "OO!", &obj, &PyTuple_Type, &names))
+		return NULL;
+	Py_ssize_t n = PyTuple_GET_SIZE(names);
+	if (n < 1 || n > FIELDS_MAX)
+		return PyErr_Format(PyExc_ValueError, "1 to %d names", FIELDS_MAX);
+	fields_read(obj, &PyTuple_GET_ITEM(names, 0), (int)n, &site, out);
+	PyObject *result = PyErr_Occurred() ? NULL : PyTuple_New(n);
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *value = out[i] != NULL ? out[i] : (Py_INCREF(absent), absent);
+		if (result != NULL)
+			PyTuple_SET_ITEM(result, i, value);
+		else
+			Py_DECREF(value);
+	}
+	return result;
+}
+
 static PyObject *checks_lock_probe(PyObject *module, PyObject *lock)
 {
 	int rc = lock_probe(lock);
@@ -83,6 +104,9 @@ static PyMethodDef methods[] = {
 	{"fill_empty", checks_fill_empty, METH_VARARGS,
 	 "fill_empty(dict, model, keys, values): dict_fill_empty's 1 (filled) or 0 (the caller inserts)."},
 	{"store", checks_store, METH_VARARGS, "store(obj, name, value): setattr(obj, name, value) as the C span hooks do."},
+	{"fields", checks_fields, METH_VARARGS,
+	 "fields(obj, names): getattr(obj, name, ABSENT) for each of names (interned strs), read together as the C "
+	 "span hooks read them through one call site (this one, for every call)."},
 	{"lookup", checks_lookup, METH_VARARGS,
 	 "lookup(obj, name): getattr(obj, name, ABSENT) as the C span hooks read it (name: an interned str)."},
 	{NULL},
