@@ -333,7 +333,15 @@ def load(image: str, engine: str = "podman") -> None:
     saved = subprocess.run([engine, "save", image], capture_output=True, timeout=600)
     if saved.returncode != 0:
         raise ClusterError(f"{engine} save {image} failed:\n{saved.stderr.decode()}")
-    ctr("images", "import", "-", stdin=saved.stdout)
+    try:
+        ctr("images", "import", "-", stdin=saved.stdout)
+    except ClusterError as exc:
+        # containerd's garbage collector may remove a layer shared with the image this one replaces
+        # while the import unpacks onto it ("parent snapshot ... does not exist"): once more, then it is kept.
+        if "snapshot" not in str(exc):
+            raise
+        print(f"kube-cluster: importing {image} again: {str(exc).splitlines()[-1][:200]}")
+        ctr("images", "import", "-", stdin=saved.stdout)
     ctr("images", "label", image, f"{LOADED_FROM}={image_id}")
     print(f"kube-cluster: {image} is on the node")
 

@@ -283,19 +283,19 @@ def known_wait_ms(answer: str) -> float:
     return float(answer.split("hold of ")[1].split(" ms")[0])
 
 
-def check_known_waits(tags: list[dict], truths_ms: list[float]) -> None:
+def check_known_waits(tags: list[dict], truths_ms: list[float], what: str = "") -> None:
     """KNOWN_WAITS /blocked server spans of the example apps: each names gil-holder as its top
     blocker, and their median wait is the median of the holds, the truth (5 % or 0.5 ms). A median:
     on a loaded host the scheduler may wake the request's thread late (it then waited less, by as
     much) or give the GIL to another thread first (more), and a single request then measures the
-    wait that happened, which is not the hold."""
+    wait that happened, which is not the hold. ``what`` says which spans, in a failure."""
     import workload  # examples/workload.py
 
-    assert len(tags) == len(truths_ms) == KNOWN_WAITS, (tags, truths_ms)
-    assert all("gil.status" not in t and t["gil.top_blocker.thread.name"] == workload.BLOCKER_THREAD_NAME
-               for t in tags), tags
+    assert len(tags) == len(truths_ms) == KNOWN_WAITS, (what, tags, truths_ms)
+    assert all("gil.status" not in t and t.get("gil.top_blocker.thread.name") == workload.BLOCKER_THREAD_NAME
+               for t in tags), (what, tags)
     waits = [t["gil.wait_ms"] for t in tags]
-    assert within(statistics.median(waits), statistics.median(truths_ms)), (waits, truths_ms)
+    assert within(statistics.median(waits), statistics.median(truths_ms)), (what, waits, truths_ms)
 
 
 def check_releases_counted(report: dict) -> None:

@@ -184,6 +184,13 @@ def memory_mb(project: compose.Stack) -> list[float]:
     return [float(n) * units[unit] for n, unit in re.findall(r"^([\d.]+)\s*([kKMG]i?B|B)", done.stdout, re.M)]
 
 
+def ready_count(project: compose.Stack, container: str) -> int:
+    """How many times the container's collector said it was ready (its log spans its restarts)."""
+    logs = subprocess.run([project.engine["engine"], "logs", container], capture_output=True, text=True,
+                          env=project.environment())
+    return (logs.stdout + logs.stderr).count("Everything is ready")
+
+
 def engine(project: compose.Stack, *args: str) -> None:
     """The container engine's command (kill, start) on the project's containers."""
     subprocess.run([project.engine["engine"], *args], capture_output=True, text=True, check=True,
@@ -276,13 +283,14 @@ def test_metrics_reach_prometheus_through_tier_1(project):
 
 
 def test_a_sampler_killed_mid_load_loses_only_what_it_held(project):
-    """kill -9 of one sampler 15 s into 26 s of load (20 requests a second), once traces it
-    decided long ago are in Jaeger; started again 3 s later. Tier 1 routes around it (its address
-    leaves the DNS answer at once) and back to it: the only traces lost are GIL-bound ones it held
-    undecided when it died (they reached it within decision_wait before the kill: sent within
-    apps' batch + grouping + decision_wait before it, less grouping); every GIL-bound trace sent
-    before those is in Jaeger whole, as is every one after; no trace is cut, and the restarted
-    sampler decides again."""
+    """kill -9 of one sampler 15 s into 35 s of load (20 requests a second), once traces it
+    decided long ago are in Jaeger; started again 3 s later, ready when its log says so again.
+    Tier 1 routes around it (its address leaves the DNS answer at once) and back to it: the only
+    traces lost are GIL-bound ones it held undecided when it died (they reached it within
+    decision_wait before the kill: sent within apps' batch + grouping + decision_wait before it,
+    less grouping); every GIL-bound trace sent before those is in Jaeger whole, as is every one
+    after; no trace is cut, and the restarted sampler decides again (of the dozen or more
+    GIL-bound traces sent once it was ready, about half are routed to it)."""
     victim = samplers(project)[0]
     name = hostname(project, victim)
     events: dict[str, float] = {}
@@ -295,12 +303,17 @@ def test_a_sampler_killed_mid_load_loses_only_what_it_held(project):
         engine(project, "kill", "--signal", "KILL", victim)
         events["killed"] = time.monotonic()
         time.sleep(3)
+        runs = ready_count(project, victim)
         engine(project, "start", victim)
         events["started"] = time.monotonic()
+        deadline = events["started"] + 30
+        while ready_count(project, victim) == runs and time.monotonic() < deadline:
+            time.sleep(0.2)
+        events["ready"] = time.monotonic()
 
     thread = threading.Thread(target=chaos)
     thread.start()
-    sent = send(project, mix(520, 2), per_second=20, concurrency=8)
+    sent = send(project, mix(700, 2), per_second=20, concurrency=8)  # 35 s: a slow restart still gets 10 s of traces
     thread.join()
     time.sleep(SETTLED_S)
     verdict = judge(project, set(sent))
@@ -312,11 +325,15 @@ def test_a_sampler_killed_mid_load_loses_only_what_it_held(project):
     print(f"scale: a sampler killed: {len(lost)} GIL-bound traces lost, of the {len(held & verdict.gil_bound)} sent "
           f"in the {events['killed'] - GROUPED_S + slack - since:.1f} s whose traces it could hold undecided "
           f"(about half of them routed to it; {len(held)} traces in all); {len(before)} GIL-bound ones sent before "
-          f"that, and all after, in Jaeger whole; {len(verdict.cut)} cut; {len(sent)} sent")
+          f"that, and all after, in Jaeger whole; {len(verdict.cut)} cut; {len(sent)} sent; restarted, it was ready "
+          f"{events['ready'] - events['started']:.1f} s after its start")
     assert before, "no GIL-bound trace sent before those the sampler held: the bound below would bound nothing"
     assert not verdict.cut, dict(list(verdict.cut.items())[:5])
     assert lost <= held, {t: f"dropped, sent {sent[t] - events['killed']:+.1f} s from the kill" for t in lost - held}
-    after = {t for t, at in sent.items() if at > events["started"] + slack}
+    after = {t for t, at in sent.items() if at > events["ready"] + slack}
+    assert events["ready"] - events["started"] < 30, "the restarted sampler did not say it was ready within 30 s"
+    assert len(after & verdict.gil_bound) >= 12, (f"{len(after & verdict.gil_bound)} GIL-bound traces sent after the restarted "
+                                                  f"sampler was ready {events['ready'] - events['started']:.1f} s after its start")
     assert name in {verdict.whole.get(t) for t in after}, f"the restarted sampler {name} decided no trace sent after"
 
 

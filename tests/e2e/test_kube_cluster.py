@@ -75,11 +75,13 @@ def kubectl_json(*args: str) -> dict:
     return json.loads(cluster.kubectl(*args, "-o", "json"))
 
 
-def wait_for(what: str, done, timeout: float = 120):
+def wait_for(what: str, done, timeout: float = 120, seen=None):
+    """``done()``'s first true answer, polled each second; a failure after ``timeout`` s says
+    what ``seen()`` (logs, where given) shows then."""
     deadline = time.monotonic() + timeout
     while not (result := done()):
         if time.monotonic() > deadline:
-            pytest.fail(f"{what} within {timeout:.0f} s")
+            pytest.fail(f"{what} within {timeout:.0f} s" + (f"\n{seen()}" if seen is not None else ""))
         time.sleep(1)
     return result
 

@@ -143,7 +143,11 @@ def app(daemonset):
     worker = int(Path(f"/proc/{master}/task/{master}/children").read_text().split()[0])  # gunicorn -w 1
     # Until then its spans say gil.status=pending (a cold machine's collector attached after the first /blocked)
     wait_for(f"the collector registering the worker (host pid {worker})",
-             lambda: logged_us(collector_log(daemonset), registered(worker)))
+             lambda: logged_us(collector_log(daemonset), registered(worker)),
+             seen=lambda: f"gunicorn {master}'s children now: {Path(f'/proc/{master}/task/{master}/children').read_text()}\n"
+                          f"{cluster.kubectl('-n', NAMESPACE, 'logs', '--timestamps', pod['metadata']['name'], '-c', 'app')}\n"
+                          f"{cluster.kubectl('-n', SYSTEM, 'get', 'pods', '-o', 'wide', check=False)}"
+                          f"{cluster.kubectl('-n', SYSTEM, 'logs', '--timestamps', '-l', 'app.kubernetes.io/name', check=False)}")
     return {"url": f"http://{pod['status']['podIP']}:8000", "pod": pod, "worker": worker, "jaeger": base}
 
 
@@ -221,7 +225,8 @@ def test_collector_comes_back_and_no_span_is_lost(app, how):
             new = collector_pod(restarts=old["status"]["containerStatuses"][0]["restartCount"] + 1)
         ready = time.time_ns() // 1000
         back = wait_for("the new collector registering the worker again",
-                        lambda: logged_us(collector_log(new), registered(app["worker"]), gone), timeout=90)
+                        lambda: logged_us(collector_log(new), registered(app["worker"]), gone), timeout=90,
+                        seen=lambda: f"{app_log(app)}\n{collector_log(new)}")
         time.sleep(3)
     finally:
         stop.set()
@@ -248,6 +253,6 @@ def test_collector_comes_back_and_no_span_is_lost(app, how):
     for phase, during in phases.items():
         these = [(s["tags"], truth) for s, truth in zip(spans, answers) if during(s) and "gil.status" not in s["tags"]]
         assert len(these) >= KNOWN_WAITS, (phase, len(these), statuses)
-        check_known_waits(*map(list, zip(*these[:KNOWN_WAITS])))
+        check_known_waits(*map(list, zip(*these[:KNOWN_WAITS])), what=f"{phase}: {seen}")
     print(f"{how}: {len(answers)} requests, {len(spans)} spans, {len(changed)} collector_changed; "
           f"in-process {(back - fell_back) / 1e6:.1f} s, the new collector Ready {(ready - gone) / 1e6:.1f} s after")
