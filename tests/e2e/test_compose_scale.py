@@ -23,6 +23,7 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -113,8 +114,12 @@ def jaeger_trace(project: compose.Stack, trace_id: str) -> dict[str, str]:
     return spans
 
 
-def judge(project: compose.Stack, sent: set[str]) -> Verdict:
-    """What became of the ``sent`` traces, once settled: each in Jaeger against tier 1's record."""
+def judge(project: compose.Stack, sent: set[str], again: bool = True) -> Verdict:
+    """What became of the ``sent`` traces, once settled: each in Jaeger against tier 1's record.
+    Where some look cut, all are judged ``again`` once after SETTLED_S: an app's export that
+    tier 1 refused while a sampler was gone is retried later, and its spans, recorded after the
+    record was read, may be in Jaeger by the time the trace is looked up (seen: 8 spans there,
+    1 in the record)."""
     exported, verdict = record(project), Verdict()
     unrecorded = sent - exported.keys()
     assert not unrecorded, project.failed("otel-collector",
@@ -131,6 +136,9 @@ def judge(project: compose.Stack, sent: set[str]) -> Verdict:
         else:
             verdict.cut[trace_id] = (f"{len(kept)} of {len(spans)} spans in Jaeger, from samplers {sorted(samplers)}; "
                                      f"services {sorted({s.service for s in spans.values()})}")
+    if verdict.cut and again:
+        time.sleep(SETTLED_S)
+        return judge(project, sent, again=False)
     return verdict
 
 
@@ -184,11 +192,11 @@ def memory_mb(project: compose.Stack) -> list[float]:
     return [float(n) * units[unit] for n, unit in re.findall(r"^([\d.]+)\s*([kKMG]i?B|B)", done.stdout, re.M)]
 
 
-def ready_count(project: compose.Stack, container: str) -> int:
-    """How many times the container's collector said it was ready (its log spans its restarts)."""
-    logs = subprocess.run([project.engine["engine"], "logs", container], capture_output=True, text=True,
-                          env=project.environment())
-    return (logs.stdout + logs.stderr).count("Everything is ready")
+def said_ready(project: compose.Stack, container: str, since: str) -> bool:
+    """Whether the container's collector said it was ready since ``since`` (RFC 3339)."""
+    logs = subprocess.run([project.engine["engine"], "logs", "--since", since, container], capture_output=True,
+                          text=True, env=project.environment())
+    return "Everything is ready" in logs.stdout + logs.stderr
 
 
 def engine(project: compose.Stack, *args: str) -> None:
@@ -303,12 +311,11 @@ def test_a_sampler_killed_mid_load_loses_only_what_it_held(project):
         engine(project, "kill", "--signal", "KILL", victim)
         events["killed"] = time.monotonic()
         time.sleep(3)
-        runs = ready_count(project, victim)
+        since = datetime.now(timezone.utc).isoformat()
         engine(project, "start", victim)
         events["started"] = time.monotonic()
-        deadline = events["started"] + 30
-        while ready_count(project, victim) == runs and time.monotonic() < deadline:
-            time.sleep(0.2)
+        while not said_ready(project, victim, since) and time.monotonic() < events["started"] + 30:
+            time.sleep(0.5)
         events["ready"] = time.monotonic()
 
     thread = threading.Thread(target=chaos)
