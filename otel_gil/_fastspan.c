@@ -308,7 +308,8 @@ static PyObject *current_ring(Hooks *self, long *generation)
 
 /* CLOCK_REALTIME minus CLOCK_MONOTONIC as read at `at` (CLOCK_MONOTONIC; 0: never). NTP's slewing
  * moves both clocks alike: the difference changes only where the wall clock is set (a step), so
- * a second's old one stands for a read of the wall clock (~20 ns a span less). */
+ * a second's old one stands for a read of the wall clock (~20 ns less at a span's start, as much
+ * at its end). */
 static struct {
 	long long offset, at;
 } wall_minus_mono;
@@ -676,7 +677,7 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 	}
 	if (now == 0)
 		now = clock_ns(CLOCK_MONOTONIC);
-	long long end_ns = (long long)clock_ns(CLOCK_REALTIME);
+	long long end_ns = wall_at((long long)now);
 	Hooks *hooks = self->hooks;
 	double wait_ratio;
 	PyObject *attributes = NULL;

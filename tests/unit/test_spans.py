@@ -611,18 +611,22 @@ def test_a_repeated_start_keeps_the_first_snapshot(setup):
 
 def test_a_snapshot_reads_the_wall_clock_as_time_ns_does(setup):
     """The C hooks keep the wall clock's offset from the monotonic one a second (NTP slews both
-    alike): each snapshot still lies between time_ns() before and after its span started, within
-    a second of the last read and past it (a new read)."""
+    alike): each snapshot, and each span's end time, still lies between time_ns() before and after
+    its span started (ended), within a second of the last read and past it (a new read)."""
     tracer = setup[0]
-    for pause in (0.0, 0.0, 1.1, 0.0):  # the last read's offset, a second's, then a new read's
+    for pause in (0.0, 0.0, 1.1, 0.0, 0.6, 0.6):  # the last read's offset, a second's, a new read's; one read at the end
         time.sleep(pause)
         mono0, wall0 = time.monotonic_ns(), time.time_ns()
         span = tracer.start_span("clocks")
         mono1, wall1 = time.monotonic_ns(), time.time_ns()
         start = span._otel_gil_start
+        time.sleep(pause)
+        wall2 = time.time_ns()
         span.end()
+        wall3 = time.time_ns()
         assert mono0 <= start.mono_ns <= mono1
         assert wall0 - 1_000 <= start.wall_ns <= wall1 + 1_000  # (the offset's two reads: ~20 ns apart)
+        assert wall2 - 1_000 <= span.end_time <= wall3 + 1_000
 
 
 def test_thread_names_follow_renames_and_threads_python_did_not_start(setup):
