@@ -192,10 +192,10 @@ def memory_mb(project: compose.Stack) -> list[float]:
     return [float(n) * units[unit] for n, unit in re.findall(r"^([\d.]+)\s*([kKMG]i?B|B)", done.stdout, re.M)]
 
 
-def said_ready(project: compose.Stack, container: str, since: str) -> bool:
-    """Whether the container's collector said it was ready since ``since`` (RFC 3339)."""
-    logs = subprocess.run([project.engine["engine"], "logs", "--since", since, container], capture_output=True,
-                          text=True, env=project.environment())
+def said_ready(project: compose.Stack, container: str, since: str = "") -> bool:
+    """Whether the container's collector said it was ready (since ``since``, RFC 3339, where given)."""
+    logs = subprocess.run([project.engine["engine"], "logs", *(["--since", since] if since else []), container],
+                          capture_output=True, text=True, env=project.environment())
     return "Everything is ready" in logs.stdout + logs.stderr
 
 
@@ -354,9 +354,7 @@ def test_a_sampler_added_while_running_takes_its_share(project):
     assert len(added) == 1, added
     (container,) = added
     deadline = time.monotonic() + 60
-    logs = [project.engine["engine"], "logs", container]
-    while "Everything is ready" not in subprocess.run(logs, capture_output=True, text=True,
-                                                      env=project.environment()).stderr:
+    while not said_ready(project, container):
         assert time.monotonic() < deadline, f"the added sampler {container} did not start within 60 s"
         time.sleep(1)
     time.sleep(3)  # tier 1 asks DNS every second

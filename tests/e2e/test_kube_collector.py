@@ -140,12 +140,13 @@ def app(daemonset):
     wait_for("Jaeger's API", lambda: kube.stack.http_ok(f"{base}/api/services"))
     pod = pod_of(SERVICE, NAMESPACE)
     master = host_pid(pod, "app")
-    worker = int(Path(f"/proc/{master}/task/{master}/children").read_text().split()[0])  # gunicorn -w 1
+    children = Path(f"/proc/{master}/task/{master}/children")
+    worker = int(children.read_text().split()[0])  # gunicorn -w 1
     # Until then its spans say gil.status=pending (a cold machine's collector attached after the first /blocked)
     wait_for(f"the collector registering the worker (host pid {worker})",
              lambda: logged_us(collector_log(daemonset), registered(worker)),
-             seen=lambda: f"gunicorn {master}'s children now: {Path(f'/proc/{master}/task/{master}/children').read_text()}\n"
-                          f"{cluster.kubectl('-n', NAMESPACE, 'logs', '--timestamps', pod['metadata']['name'], '-c', 'app')}\n"
+             seen=lambda: f"gunicorn {master}'s children now: {children.read_text() if children.exists() else 'gone'}\n"
+                          f"{app_log({'pod': pod})}\n"
                           f"{cluster.kubectl('-n', SYSTEM, 'get', 'pods', '-o', 'wide', check=False)}"
                           f"{cluster.kubectl('-n', SYSTEM, 'logs', '--timestamps', '-l', 'app.kubernetes.io/name', check=False)}")
     return {"url": f"http://{pod['status']['podIP']}:8000", "pod": pod, "worker": worker, "jaeger": base}
