@@ -100,14 +100,48 @@ static volatile pid_t learner;
 static pthread_cond_t *learned[2];
 static int nlearned;
 
-/* The calling thread's id (as the process sees it) and slot, valid for one epoch.
- * initial-exec: a fixed offset from the thread pointer, no __tls_get_addr call on
- * the hot path (16 bytes of the static TLS that glibc reserves for dlopen). */
+/* The calling thread's id (as the process sees it), slot and whether `waiting` counts it,
+ * valid for one epoch. initial-exec: a fixed offset from the thread pointer, no
+ * __tls_get_addr call on the hot path (24 bytes of the static TLS that glibc reserves for dlopen). */
 static __thread __attribute__((tls_model("initial-exec"))) struct {
 	unsigned epoch;
 	pid_t tid;
 	struct gil_slot *slot;
+	int waiting;
 } me;
+
+/* Threads of this epoch whose wait is open (from a WAIT, or a forced release, to their next
+ * acquisition). A hold released while there are none blocked nobody, and no blame reads where its
+ * code was: a wait that overlaps a hold is still open as the hold is released. So locate() skips
+ * it (an event loop's thread alone drops the GIL at each poll, after holds often past
+ * GIL_HOLD_RECORD_NS). Changed under gil->mutex but by an exiting thread's hook: atomic. */
+static struct {
+	unsigned epoch;
+	long threads;
+} waiting;
+
+/* After a WAIT or RELEASE: the thread counts as waiting if its slot's wait is open. */
+static inline void note_wait(const struct gil_slot *s)
+{
+	if (!s->wait_start_ns || me.waiting)
+		return;
+	if (waiting.epoch != epoch) { /* the first of this epoch: those of the one before were dropped */
+		waiting.epoch = epoch;
+		waiting.threads = 0;
+	}
+	me.waiting = 1;
+	__atomic_fetch_add(&waiting.threads, 1, __ATOMIC_RELAXED);
+}
+
+/* After an ACQUIRE, or as the thread exits: its wait is over. */
+static inline void note_no_wait(void)
+{
+	if (!me.waiting)
+		return;
+	me.waiting = 0;
+	if (waiting.epoch == epoch)
+		__atomic_fetch_sub(&waiting.threads, 1, __ATOMIC_RELAXED);
+}
 
 /* One seqlock step: odd while the slot is being written. Only the owner thread
  * writes its slot, so a plain increment is safe; the fences order the slot's
@@ -204,9 +238,12 @@ static int line_of(PyCodeObject *code, int addr)
 #define GIL_LINE(py, code, addr, depth, where) line_of((PyCodeObject *)(uintptr_t)(code), (int)(addr))
 #include "gil_location.h"
 
-/* Where the releasing thread's code is, as hold `hold`'s location (under gil->mutex). */
+/* Where the releasing thread's code is, as hold `hold`'s location (under gil->mutex), where the
+ * hold kept a thread waiting. */
 static void locate(struct gil_header *h, uint64_t hold, uint64_t tstate)
 {
+	if (waiting.epoch != epoch || __atomic_load_n(&waiting.threads, __ATOMIC_RELAXED) <= 0)
+		return;
 	struct gil_location *loc =
 		(struct gil_location *)(ring + (1 + nslots + GIL_HOLD_PAGES + (hold & (GIL_LOC_LEN - 1))) * sizeof(struct gil_slot));
 	gil_locate(h, loc, hold, tstate, 0);
@@ -250,6 +287,7 @@ static inline struct gil_slot *my_slot(void)
 		me.epoch = epoch;
 		me.tid = (pid_t)syscall(SYS_gettid);
 		me.slot = NULL;
+		me.waiting = 0;
 	}
 	me.slot = claim(me.tid);
 	if (me.slot != NULL) {
@@ -276,6 +314,8 @@ static void on_thread_exit(void *value)
 	if (s == NULL || ring == NULL || s->tid != (uint32_t)tid)
 		return;
 	me.slot = NULL;
+	if (me.epoch == epoch)
+		note_no_wait();
 	gil_on_exit(header(), s);
 }
 
@@ -318,11 +358,15 @@ static int hook_cond_signal(pthread_cond_t *cond)
 {
 	struct gil_slot *s;
 	if (cond == gil_cond) {
-		if (active && (s = my_slot()) != NULL)
+		if (active && (s = my_slot()) != NULL) {
 			gil_on_release(ring, header(), s, (__u32)me.tid, clock_ns(CLOCK_MONOTONIC), 0);
+			note_wait(s); /* (forced: its own wait opens) */
+		}
 	} else if (cond == switch_cond) {
-		if (active && (s = my_slot()) != NULL)
+		if (active && (s = my_slot()) != NULL) {
 			gil_on_acquire(header(), s, (__u32)me.tid, clock_ns(CLOCK_MONOTONIC));
+			note_no_wait();
+		}
 	} else if (__builtin_expect(learner != 0, 0)) {
 		learn(cond);
 	}
@@ -332,8 +376,10 @@ static int hook_cond_signal(pthread_cond_t *cond)
 static int hook_cond_timedwait(pthread_cond_t *cond, pthread_mutex_t *mutex, const struct timespec *abstime)
 {
 	struct gil_slot *s;
-	if (cond == gil_cond && active && (s = my_slot()) != NULL)
+	if (cond == gil_cond && active && (s = my_slot()) != NULL) {
 		gil_on_wait(header(), s, clock_ns(CLOCK_MONOTONIC));
+		note_wait(s);
+	}
 	return real_timedwait(cond, mutex, abstime);
 }
 

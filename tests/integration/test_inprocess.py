@@ -67,6 +67,15 @@ def test_both_writers_agree_on_the_ground_truth(dual, thread):
         assert within(inprocess["wait_ns"] / 1e6, dual["victim_wait_ns"] / 1e6), (inprocess, dual["victim_wait_ns"])
 
 
+def test_only_holds_that_kept_a_thread_waiting_are_located():
+    """A hold's location serves the blame of a wait it was part of, and a wait that overlaps a
+    hold is still open as the hold ends: holds released with no wait open are logged, not located."""
+    report = run_check("located")
+    alone, contended = report["alone"], report["contended"]
+    assert alone["holds"] >= alone["iterations"] and alone["located"] == 0, alone
+    assert contended["bursts"] <= contended["located"] <= contended["holds"], contended
+
+
 def test_fork_child_starts_afresh_and_parent_is_untouched():
     report = run_check("fork")
     parent, child = report["parent"], report["child"]

@@ -114,6 +114,27 @@ def dual(socket_path: str) -> dict:
     return {**loops, **truth}
 
 
+def located(_: str) -> dict:
+    """The hooks copy a logged hold's location only where a thread waited through the hold: a
+    lone thread's holds (an event loop's between polls) get none, a hog's that keep a victim
+    waiting each get theirs."""
+    inprocess = InProcess()
+    inprocess.start()
+    header = inprocess.state.ring.header
+
+    def phase(run) -> dict:
+        holds, located = header.holds_written, header.locations_written
+        truth = run() or {}
+        return {"holds": header.holds_written - holds, "located": header.locations_written - located,
+                "hold_ns": truth.get("hold_ns")}
+
+    iterations, bursts = 200, 5
+    alone = phase(lambda: _io_loop(iterations, 300))  # holds of 0.3 ms: past the log's 0.1 ms
+    contended = phase(lambda: _hog_and_victim(bursts, 20, lambda tids: {}))
+    inprocess.stop()
+    return {"alone": {**alone, "iterations": iterations}, "contended": {**contended, "bursts": bursts}}
+
+
 def fork(_: str) -> dict:
     """The child keeps the hooks and starts its ring afresh; the parent's figures are untouched."""
     inprocess = InProcess()
@@ -205,5 +226,5 @@ def cycles(_: str) -> dict:
 
 
 if __name__ == "__main__":
-    checks = {"dual": dual, "fork": fork, "dlopen": dlopen, "cycles": cycles}
+    checks = {"dual": dual, "located": located, "fork": fork, "dlopen": dlopen, "cycles": cycles}
     json.dump(checks[sys.argv[1]](sys.argv[2] if len(sys.argv) > 2 else ""), sys.stdout)
