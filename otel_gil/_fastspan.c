@@ -333,7 +333,7 @@ static COLD PyObject *python_start(Hooks *self, PyObject *span)
 }
 
 /* The thread's counters onto the span as its start snapshot (None, or NULL on an error). */
-static PyObject *snapshot_onto(Hooks *self, PyObject *span)
+static PyObject *snapshot_onto(Hooks *self, PyObject *span, PyThreadState *ts)
 {
 	if (!self->enabled)
 		Py_RETURN_NONE;
@@ -373,7 +373,7 @@ static PyObject *snapshot_onto(Hooks *self, PyObject *span)
 	memset(&start->own, 0, sizeof(start->own));
 	int failed = store_attr(span, s_start_attr, (PyObject *)start);
 	if (!failed)
-		context_start(self, start, span);
+		context_start(self, start, span, ts);
 	Py_DECREF(start);
 	if (failed) /* the Python hook meets the same failure and logs it, once: never break the app */
 		return python_start(self, span);
@@ -406,7 +406,7 @@ int lock_free(PyObject *obj)
 /* The span's attribute dict (a new reference) if our values may go straight in, as
  * set_attributes would leave them: the span not ended, its attributes mutable, no value
  * length limit, room for them, and nobody in the span's lock. Else NULL. */
-static PyObject *direct_dict(PyObject *span, Py_ssize_t adding)
+static PyObject *direct_dict(PyObject *span, Py_ssize_t adding, PyThreadState *ts)
 {
 	PyObject *sf[3], *bf[4] = {NULL, NULL, NULL, NULL}; /* the span's, its BoundedAttributes': */
 	enum { ATTRIBUTES, END, LOCK };
@@ -419,14 +419,14 @@ static PyObject *direct_dict(PyObject *span, Py_ssize_t adding)
 		     bf[MAX_VALUE_LEN] == Py_None && maxlen != NULL;
 	if (usable && maxlen != Py_None) {
 		Py_ssize_t limit = PyLong_AsSsize_t(maxlen);
-		usable = !PyErr_Occurred() && PyDict_GET_SIZE(d) + adding <= limit;
+		usable = !error_in(ts) && PyDict_GET_SIZE(d) + adding <= limit;
 	}
 	usable = usable && is_free(sf[LOCK]);
 	for (int i = ATTRIBUTES; i <= LOCK; i++)
 		Py_XDECREF(sf[i]);
 	for (int i = IMMUTABLE; i <= MAXLEN; i++)
 		Py_XDECREF(bf[i]);
-	clear_error();
+	clear_error_in(ts);
 	if (!usable)
 		Py_CLEAR(d);
 	return d;
@@ -462,9 +462,9 @@ static PyObject *key_sets[KEY_SETS];
  * a thread name). From the checks of direct_dict to the last insert it runs no Python
  * code and allocates nothing the cyclic GC tracks, so it keeps the GIL throughout. */
 static int set_attributes(PyObject *span, unsigned which, PyObject *const *keys, PyObject *const *values,
-			  Py_ssize_t n, PyObject **used)
+			  Py_ssize_t n, PyObject **used, PyThreadState *ts)
 {
-	PyObject *dict = direct_dict(span, n);
+	PyObject *dict = direct_dict(span, n, ts);
 	if (dict != NULL) {
 		int rc = PyDict_GET_SIZE(dict) ? 0 : dict_fill_empty(dict, key_sets[which], keys, values, n);
 		for (Py_ssize_t i = 0; i < n && rc == 0; i++) { /* (1: filled) */
@@ -504,7 +504,7 @@ static int same_ring(Hooks *self, Start *start)
 /* The figures of a span that needs nothing but its counters; 1 when set, 0 when the Python hook must do it.
  * Which it carries: semconv.ALWAYS, WHEN_NONZERO where not 0, EVERY_ONLY (as spans.carried). */
 static int fast_figures(Hooks *self, Start *start, PyObject *span, long long span_start, long long span_end,
-			uint64_t now, double *wait_ratio, PyObject **attributes)
+			uint64_t now, double *wait_ratio, PyObject **attributes, PyThreadState *ts)
 {
 	int same = same_ring(self, start);
 	if (same <= 0)
@@ -542,7 +542,7 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 	*wait_ratio = (double)f.wait / (double)duration;
 	PyObject *keys[MAX_KEYS], *values[MAX_KEYS];
 	PyObject *ident = NULL; /* thread.id: the managed id, as spans.py */
-	PyObject *name = thread_name(self->threading, &ident);
+	PyObject *name = thread_name(self->threading, &ident, ts);
 	int n = 0, every = self->every, failed = 0;
 	unsigned which = 0; /* key_sets' bits */
 #define PUT(key, value) (keys[n] = (key), failed |= (values[n++] = (value)) == NULL)
@@ -562,7 +562,7 @@ static int fast_figures(Hooks *self, Start *start, PyObject *span, long long spa
 	if (every || f.convoy)
 		PUT(k_convoy_waits, PyLong_FromUnsignedLongLong(f.convoy)), which |= 8;
 #undef PUT
-	int rc = failed ? -1 : set_attributes(span, which, keys, values, n, attributes) ? -1 : 1;
+	int rc = failed ? -1 : set_attributes(span, which, keys, values, n, attributes, ts) ? -1 : 1;
 	for (int i = 0; i < n; i++)
 		Py_XDECREF(values[i]);
 	if (rc == 1) /* (the direct path checked the span: nothing ran since) */
@@ -654,6 +654,7 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 		return python_end(self, args, nargs, kwnames);
 	}
 	Start *st = (Start *)start;
+	PyThreadState *ts = PyThreadState_Get(); /* (looked up once: clear_error_in) */
 	PyObject *explicit = NULL;
 	int plain = nargs + nkw == 1;
 	if (nargs + nkw == 2 && (nkw == 0 || PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), s_end_time_kw) == 0))
@@ -663,12 +664,12 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 	int simple = f[END_TIME] == Py_None && ok_start && (plain || explicit == Py_None);
 	uint64_t now = 0; /* the figures' instant: the last charge's, where there is one */
 	if (f[END_TIME] == Py_None && st->tracked)
-		now = context_end(st, f[NAME]); /* what ran since the last charge point is its own: before any figure is read */
+		now = context_end(st, f[NAME], ts); /* what ran since the last charge point is its own: before any figure is read */
 	Py_XDECREF(f[END_TIME]);
 	Py_XDECREF(f[START_TIME]);
 	Py_XDECREF(f[NAME]);
 	PyObject *kind = f[KIND];
-	clear_error();
+	clear_error_in(ts);
 	if (!simple) { /* ended already, an explicit end time (rare: checked against the slot there), odd
 	                * arguments, an SDK we do not know: the Python hook decides */
 		Py_XDECREF(kind);
@@ -681,22 +682,22 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 	Hooks *hooks = self->hooks;
 	double wait_ratio;
 	PyObject *attributes = NULL;
-	int done = fast_figures(hooks, st, span, span_start, end_ns, now, &wait_ratio, &attributes);
+	int done = fast_figures(hooks, st, span, span_start, end_ns, now, &wait_ratio, &attributes, ts);
 	if (done <= 0) { /* the Python hook's case; on an error it logs it once: never break the app */
-		clear_error();
+		clear_error_in(ts);
 		Py_XDECREF(kind);
 		Py_DECREF(start);
 		return python_end(self, args, nargs, kwnames);
 	}
 	if (st->metrics != Py_None) {
 		if (kind == hooks->server_kind && count_server_span(hooks, span, attributes, wait_ratio) != 0) {
-			clear_error(); /* anything unusual: record_server_span decides, and logs its own failures */
+			clear_error_in(ts); /* anything unusual: record_server_span decides, and logs its own failures */
 			PyObject *ratio = PyFloat_FromDouble(wait_ratio);
 			PyObject *r = ratio ? PyObject_CallFunctionObjArgs(hooks->py_server, start, span, ratio, NULL) : NULL;
 			Py_XDECREF(r);
 			Py_XDECREF(ratio);
 		}
-		clear_error();
+		clear_error_in(ts);
 	}
 	Py_XDECREF(kind);
 	Py_XDECREF(attributes);
@@ -733,14 +734,15 @@ static PyObject *start_vectorcall(SpanMethod *self, PyObject *const *args, size_
 	if (result == NULL || PyVectorcall_NARGS(nargsf) < 1 || !self->hooks->enabled)
 		return result;
 	PyObject *span = args[0], *f[2]; /* its processor, its Start */
+	PyThreadState *ts = PyThreadState_Get(); /* (looked up once: clear_error_in) */
 	FIELDS(span, f, s_span_processor, s_start_attr);
 	Py_XDECREF(f[0]);
 	if (f[0] == self->scope && f[1] == NULL) { /* not a repeated start() */
-		PyObject *r = snapshot_onto(self->hooks, span);
+		PyObject *r = snapshot_onto(self->hooks, span, ts);
 		Py_XDECREF(r);
 	}
 	Py_XDECREF(f[1]);
-	clear_error(); /* the snapshot's failures are logged by the Python hook: never break the app */
+	clear_error_in(ts); /* the snapshot's failures are logged by the Python hook: never break the app */
 	return result;
 }
 

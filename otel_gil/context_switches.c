@@ -65,6 +65,7 @@ struct seen {
 typedef struct {
 	PyObject_HEAD
 	/* What every charge point reads or writes first, together. */
+	PyThreadState *tstate; /* the thread state whose dict keeps it (switch_hooks.h) */
 	Start *running;       /* whose code runs now; NULL: no span's */
 	PyObject *context;    /* tstate->context as of the last charge point */
 	uint64_t switches;    /* context switches seen on this thread */
@@ -316,7 +317,7 @@ static Start *parent_of(Charges *tc, PyObject *parent)
 	uint64_t id = span_id_of(parent);
 	int remote = id && PyObject_IsTrue(PyTuple_GET_ITEM(parent, 2)) == 1;
 	Py_XDECREF(parent);
-	clear_error();
+	clear_error_in(tc->tstate);
 	if (!id || remote)
 		return NULL;
 	int depth = 0;
@@ -363,11 +364,11 @@ _Pragma("GCC diagnostic pop")
 
 /* A span started on this thread (its counters in start->counters, read just now): charge
  * what ran until now, then its code runs. Nothing when the hooks do not track contexts. */
-void context_start(Hooks *hooks, Start *start, PyObject *span)
+void context_start(Hooks *hooks, Start *start, PyObject *span, PyThreadState *ts)
 {
 	if (tracking != hooks)
 		return;
-	Charges *tc = charges_here();
+	Charges *tc = charges_in(ts);
 	if (tc == NULL) {
 		clear_error();
 		return;
@@ -389,7 +390,7 @@ void context_start(Hooks *hooks, Start *start, PyObject *span)
 	start->span_id = span_id_of(f[0]);
 	start->name = f[1];
 	Py_XDECREF(f[0]);
-	clear_error();
+	clear_error_in(tc->tstate);
 	start->parent = parent_of(tc, f[2]);
 	start->home_tid = tc->tid;
 	start->switches = tc->switches;
@@ -438,9 +439,9 @@ static void rename_logged(Charges *tc, const Start *start, PyObject *name)
 /* A tracked span ends on this thread: charge what ran until now, then what ran before
  * it runs again. Before its figures are read: the instant charged to (CLOCK_MONOTONIC), for
  * them to be read at; 0 where none was. */
-uint64_t context_end(Start *start, PyObject *name)
+uint64_t context_end(Start *start, PyObject *name, PyThreadState *ts)
 {
-	Charges *tc = charges_here();
+	Charges *tc = charges_in(ts);
 	if (tc == NULL) {
 		clear_error();
 		Py_CLEAR(start->prev_running);
@@ -501,9 +502,12 @@ SWITCH_HOT void context_switched(void)
 		return;
 	}
 	Charges *tc = charges_here();
-	if (tc != NULL)
+	if (tc != NULL) {
 		switched(tc, NULL, 1);
-	clear_error();
+		clear_error_in(tc->tstate);
+	} else {
+		clear_error();
+	}
 }
 
 #if !PY_3_14_OR_LATER

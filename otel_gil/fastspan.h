@@ -189,6 +189,24 @@ static inline void clear_error(void)
 		PyErr_Clear();
 }
 
+/* PyErr_Occurred() where the caller has its thread state at hand, without looking it up again
+ * (from 3.12, a call into libpython's thread-local storage each time). */
+static inline int error_in(PyThreadState *ts)
+{
+#if PY_3_12_OR_LATER
+	return ts->current_exception != NULL;
+#else
+	return ts->curexc_type != NULL;
+#endif
+}
+
+/* clear_error() in the caller's thread state. */
+static inline void clear_error_in(PyThreadState *ts)
+{
+	if (error_in(ts))
+		PyErr_Clear();
+}
+
 /* cpython_layouts.c: getattr(obj, name, NULL) without raising (and paying for) an AttributeError,
  * and where CPython allows, without the generic lookup. A new reference. */
 HIDDEN PyObject *lookup(PyObject *obj, PyObject *name);
@@ -263,16 +281,17 @@ extern HIDDEN PyTypeObject RatioCounterType;
 /* One server span's wait ratio into its route's bucket (route: a str); 0, or -1 with an error set. */
 HIDDEN int count_ratio(RatioCounter *self, PyObject *route, double ratio);
 
-/* thread_names.c: the calling thread's name and (*ident_out) ident, new references; NULL on an error. */
-HIDDEN PyObject *thread_name(PyObject *threading, PyObject **ident_out);
+/* thread_names.c: the calling thread's name and (*ident_out) ident, new references; NULL on an error.
+ * ts: the calling thread's state (the span hooks look it up once, clear_error_in). */
+HIDDEN PyObject *thread_name(PyObject *threading, PyObject **ident_out, PyThreadState *ts);
 
 /* context_switches.c */
 HIDDEN int contexts_init(PyObject *module);
 HIDDEN int tracking_contexts(Hooks *hooks);
 HIDDEN int tracked_throughout(const Start *start);
-HIDDEN void context_start(Hooks *hooks, Start *start, PyObject *span);
+HIDDEN void context_start(Hooks *hooks, Start *start, PyObject *span, PyThreadState *ts);
 /* The span ends, named `name` now (borrowed, NULL: unknown): the instant charged to (CLOCK_MONOTONIC), 0 where none was. */
-HIDDEN uint64_t context_end(Start *start, PyObject *name);
+HIDDEN uint64_t context_end(Start *start, PyObject *name, PyThreadState *ts);
 HIDDEN PyObject *contexts_track(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 HIDDEN PyObject *contexts_untrack(PyObject *module, PyObject *unused);
 HIDDEN PyObject *contexts_hook_modules(PyObject *module, PyObject *unused);

@@ -857,6 +857,8 @@ done:
 
 void long_waits_commit(struct long_waits *lw, PyObject *span, int open)
 {
+	if (lw->event == NULL && !lw->close_handed)
+		return; /* (a calm span's: nothing to do) */
 	if (lw->event != NULL) { /* span._add_event: under the span's lock, while it is not ended */
 		PyObject *events = LOOKUP(span, s_events);
 		PyObject *dq = events ? LOOKUP(events, s_dq) : NULL;

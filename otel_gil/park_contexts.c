@@ -141,6 +141,7 @@ struct seen {
 
 typedef struct {
 	PyObject_HEAD
+	PyThreadState *tstate; /* the thread state whose dict keeps it (switch_hooks.h) */
 	void *owner;          /* &here of its thread */
 	uint64_t generation;  /* of `last` and `tid` */
 	uint32_t tid;

@@ -16,7 +16,7 @@
  * span key, NULL until known), SWITCH_OF_SPAN(span) (a span's accumulator, a new reference, or
  * NULL) and SWITCH_LOOP_SEEN(loop) (whether a running loop that is not a stdlib one has its
  * switches seen all the same); its Charges type (fields owner, running, context, unseen, loop,
- * loop_seen, seen[SEEN_LEN] and by_otel[SEEN_LEN] (struct seen: key, running), remembered (an int: how
+ * loop_seen, tstate, seen[SEEN_LEN] and by_otel[SEEN_LEN] (struct seen: key, running), remembered (an int: how
  * many of their entries have a running), spare_run: a freed BoundRun its
  * dealloc frees with PyObject_GC_Del), ChargesType, `here` (TLS: tstate, charges) and
  * s_charges_key; and, anywhere in the file, `switched(Charges *, SWITCH_RUNNING *next, int
@@ -105,30 +105,40 @@ static SWITCH_COLD Charges *charges_of(PyThreadState *ts)
 		found = (PyObject *)made;
 	}
 	Py_DECREF(found); /* the thread state's dict keeps it */
+	((Charges *)found)->tstate = ts;
 	here.tstate = ts;
 	here.charges = (Charges *)found;
 	return here.charges;
 }
 
-/* The calling thread's Charges (borrowed), NULL with an error if it cannot have one. */
-static inline Charges *charges_here(void)
+/* The Charges (borrowed) of the calling thread, whose state is ts; NULL with an error if it
+ * cannot have one. Its tstate is ts until the caller returns (a call into Python gives the
+ * thread its state back as it returns): what charge points read of the state, with no look-up
+ * (from 3.12 each costs a call into libpython's thread-local storage). */
+static inline Charges *charges_in(PyThreadState *ts)
 {
-	PyThreadState *ts = PyThreadState_Get();
 	if (unlikely(here.tstate != ts || here.charges == NULL))
 		return charges_of(ts);
 	return here.charges;
+}
+
+/* charges_in() the calling thread's state. */
+static inline Charges *charges_here(void)
+{
+	return charges_in(PyThreadState_Get());
 }
 
 /* What the cache of a thread's contexts is keyed by: before 3.14, the current Context's mapping
  * of variables, read in place (immutable: a ContextVar.set makes a new one; a ContextVar look-up
  * per switch costs ~180 instructions and the mapping's nodes); from 3.14, OpenTelemetry's
  * context itself (a new reference in *octx). NULL: no context, or no span's. */
-static inline PyObject *context_key(PyObject **octx)
+static inline PyObject *context_key(Charges *tc, PyObject **octx)
 {
 #if CONTEXT_VARS_IN_PLACE
-	PyObject *ctx = PyThreadState_Get()->context;
+	PyObject *ctx = tc->tstate->context;
 	return ctx != NULL && SWITCH_OTEL_VAR != NULL ? (PyObject *)((PyContext *)ctx)->ctx_vars : NULL;
 #else
+	(void)tc;
 	PyObject *var = SWITCH_OTEL_VAR;
 	if (var == NULL || PyContextVar_Get(var, NULL, octx) < 0)
 		PyErr_Clear();
@@ -186,7 +196,7 @@ found:
  * remembers it by the context's key (context_key). */
 static inline SWITCH_RUNNING *current_running(Charges *tc)
 {
-	PyObject *octx = NULL, *key = context_key(&octx);
+	PyObject *octx = NULL, *key = context_key(tc, &octx);
 	if (key == NULL)
 		return NULL;
 	struct seen *seen = &tc->seen[((uintptr_t)key >> 4) & (SEEN_LEN - 1)];
@@ -225,7 +235,7 @@ static SWITCH_UNUSED void forget_running(Charges *tc, SWITCH_RUNNING *ended)
 /* The context current now is the one the last charge point saw. */
 static void believe(Charges *tc)
 {
-	PyObject *ctx = PyThreadState_Get()->context;
+	PyObject *ctx = tc->tstate->context;
 	if (ctx != tc->context) {
 		Py_XINCREF(ctx);
 		Py_XSETREF(tc->context, ctx);
@@ -236,7 +246,7 @@ static void believe(Charges *tc)
  * running one, means the charges since went to the wrong span: the thread is marked for good. */
 static void check_unseen(Charges *tc)
 {
-	PyObject *ctx = PyThreadState_Get()->context;
+	PyObject *ctx = tc->tstate->context;
 	if (tc->context == NULL || ctx == NULL || ctx == tc->context)
 		return;
 	SWITCH_RUNNING *there = current_running(tc);

@@ -16,10 +16,9 @@ static __thread __attribute__((tls_model("initial-exec"))) struct {
 /* threading.current_thread() and its ident (new references), without a Python frame for a
  * threading.Thread: cached in the thread state's dict, which CPython clears as the thread
  * exits; looked up again where the ident changed (a fork's child). */
-static PyObject *current_thread(PyObject *threading, PyObject **ident_out)
+static PyObject *current_thread(PyObject *threading, PyObject **ident_out, PyThreadState *ts)
 {
 	unsigned long ident = PyThread_get_thread_ident();
-	PyThreadState *ts = PyThreadState_Get();
 	uint64_t tstate_id = PyThreadState_GetID(ts);
 	int64_t interp_id = PyInterpreterState_GetID(PyThreadState_GetInterpreter(ts));
 	PyObject *tdict = NULL, *cached = last.pair;
@@ -68,9 +67,9 @@ static PyObject *current_thread(PyObject *threading, PyObject **ident_out)
 	return thread;
 }
 
-PyObject *thread_name(PyObject *threading, PyObject **ident_out)
+PyObject *thread_name(PyObject *threading, PyObject **ident_out, PyThreadState *ts)
 {
-	PyObject *thread = current_thread(threading, ident_out);
+	PyObject *thread = current_thread(threading, ident_out, ts);
 	if (thread == NULL)
 		return NULL;
 	PyObject *name = lookup(thread, s_private_name);
