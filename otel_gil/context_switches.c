@@ -390,7 +390,7 @@ void context_start(Hooks *hooks, Start *start, PyObject *span, PyThreadState *ts
 	start->span_id = span_id_of(f[0]);
 	start->name = f[1];
 	Py_XDECREF(f[0]);
-	clear_error_in(tc->tstate);
+	clear_error_in(ts);
 	start->parent = parent_of(tc, f[2]);
 	start->home_tid = tc->tid;
 	start->switches = tc->switches;
