@@ -33,7 +33,7 @@ __thread __attribute__((tls_model("initial-exec"))) struct thread_slot tls = {NU
 PyObject *s_start_attr, *s_active, *s_private_name, *s_public_name, *s_thread_key;
 static PyObject *s_state, *s_ring, *s_generation, *s_status, *s_address, *s_nslots, *s_long_wait_ns,
 	*s_start_time, *s_end_time, *s_attributes, *s_dict, *s_immutable, *s_max_value_len, *s_maxlen,
-	*s_kind, *s_set_attributes, *s_end_time_kw, *s_span_processor, *s_start, *s_lock, *s_locked;
+	*s_kind, *s_set_attributes, *s_end_time_kw, *s_span_processor, *s_start, *s_lock, *s_locked, *s_wrapped;
 static PyTypeObject *lock_type; /* threading.Lock's */
 static PyObject *lock_locked; /* its locked() */
 static PyObject *k_thread_name, *k_thread_id, *k_wait_ms, *k_hold_ms, *k_wait_ratio, *k_hold_ratio,
@@ -631,9 +631,28 @@ static int count_server_span(Hooks *hooks, PyObject *span, PyObject *attributes,
 	return failed ? -1 : 0;
 }
 
+/* Whether `method` is `ours` or wraps it (its chain of __wrapped__, as far as WRAPS_DEPTH). */
+#define WRAPS_DEPTH 16
+static COLD int wraps(PyObject *method, PyObject *ours)
+{
+	Py_INCREF(method);
+	for (int depth = 0; method != NULL && depth < WRAPS_DEPTH; depth++) {
+		if (method == ours) {
+			Py_DECREF(method);
+			return 1;
+		}
+		Py_SETREF(method, lookup(method, s_wrapped));
+	}
+	Py_XDECREF(method);
+	clear_error();
+	return 0;
+}
+
 /* span.end(end_time=None): the gil.* figures, then the original end. */
 static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
+	if (!self->hooks->enabled) /* left under another library's wrapper by unwrap_span (or shut down) */
+		return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
 	Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
 	if (nargs < 1) {
 		PyErr_SetString(PyExc_TypeError, "Span.end() needs the span");
@@ -719,11 +738,12 @@ static PyObject *start_vectorcall(SpanMethod *self, PyObject *const *args, size_
 	if (!self->hooks->enabled && PyVectorcall_NARGS(nargsf) >= 1) {
 		/* Looked up before an uninstrument() (the thread lost the GIL in between): the
 		 * class's start now, the original or a newer hook, decides. A start in flight
-		 * across an uninstrument() and instrument() keeps its snapshot. */
+		 * across an uninstrument() and instrument() keeps its snapshot. Where this stays
+		 * under another library's wrapper (unwrap_span could not take it out), it passes through. */
 		PyObject *current = PyObject_GetAttr((PyObject *)Py_TYPE(args[0]), s_start);
 		if (current == NULL)
 			clear_error();
-		else if (current != (PyObject *)self) {
+		else if (!wraps(current, (PyObject *)self)) {
 			PyObject *result = PyObject_Vectorcall(current, args, nargsf, kwnames);
 			Py_DECREF(current);
 			return result;
@@ -774,6 +794,18 @@ static PyMemberDef SpanMethod_members[] = {
 	{NULL},
 };
 
+/* The replaced method's __name__ and __qualname__ (closure: the name), as another library's wrapper may read them. */
+static PyObject *SpanMethod_original_name(SpanMethod *self, void *closure)
+{
+	return PyObject_GetAttrString(self->original, (const char *)closure);
+}
+
+static PyGetSetDef SpanMethod_getset[] = {
+	{"__name__", (getter)SpanMethod_original_name, NULL, "the replaced method's", "__name__"},
+	{"__qualname__", (getter)SpanMethod_original_name, NULL, "the replaced method's", "__qualname__"},
+	{NULL},
+};
+
 static PyTypeObject SpanMethodType = {
 	PyVarObject_HEAD_INIT(NULL, 0)
 	.tp_name = "otel_gil._fastspan.SpanMethod",
@@ -787,6 +819,7 @@ static PyTypeObject SpanMethodType = {
 	.tp_traverse = (traverseproc)SpanMethod_traverse,
 	.tp_clear = (inquiry)SpanMethod_clear,
 	.tp_members = SpanMethod_members,
+	.tp_getset = SpanMethod_getset,
 	.tp_descr_get = bind_method,
 };
 
@@ -958,7 +991,7 @@ static int intern_all(void)
 		{&s_max_value_len, "max_value_len"}, {&s_maxlen, "maxlen"},
 		{&s_active, "_active"}, {&s_private_name, "_name"}, {&s_public_name, "name"}, {&s_kind, "_kind"},
 		{&s_set_attributes, "set_attributes"}, {&s_span_processor, "_span_processor"}, {&s_thread_key, "otel_gil.thread"},
-		{&s_start, "start"}, {&s_lock, "_lock"}, {&s_locked, "locked"},
+		{&s_start, "start"}, {&s_lock, "_lock"}, {&s_locked, "locked"}, {&s_wrapped, "__wrapped__"},
 	};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)

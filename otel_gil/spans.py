@@ -26,7 +26,7 @@ from opentelemetry.trace import propagation as trace_propagation
 from otel_gil import blame as blamelib
 from otel_gil import free_threading, parks
 from otel_gil import ring as ringlib
-from otel_gil import threads, wait_spans
+from otel_gil import threads, wait_spans, wrappers
 from otel_gil.backend import Backend
 from otel_gil.metrics import GilMetrics
 from otel_gil.semconv import (COLLECTOR_CHANGED, CROSS_THREAD, END_PASSED, GIL_ACQUISITIONS, GIL_CONVOY_WAITS,
@@ -50,6 +50,7 @@ _SNAPSHOT_ATTR = "_otel_gil_start"
 _THREAD_KEYS = (THREAD_NAME, THREAD_ID)  # set on every span, copied onto its wait spans
 CLOCK_SLACK_NS = 50_000  # wait + hold may pass the duration by the clocks' reads around a span
 _local = threading.local()
+_on_span: list = []  # (name, C method) that wrap_span put on Span, for unwrap_span to take out
 _every_attribute = False  # OTEL_GIL_ALL_ATTRIBUTES: GilSpanProcessor sets it, the C hooks get their own copy
 
 
@@ -416,21 +417,24 @@ def wrap_span(processor: GilSpanProcessor) -> None:
     """Put the processor's hooks on ``Span`` (again, after :func:`unwrap_span`)."""
     if processor._scope is not None:
         Span.start = processor._hooks.start_method(Span.__dict__["start"], processor._scope)
+        _on_span.append(("start", Span.__dict__["start"]))
     if processor._hooks is not None:
         Span.end = processor._hooks.end_method(Span.__dict__["end"])
+        _on_span.append(("end", Span.__dict__["end"]))
         _track_contexts(processor._hooks)
     else:
-        wrapt.wrap_function_wrapper(Span, "end", end_wrapper)
+        wrappers.wrap(Span, "end", end_wrapper)
 
 
 def unwrap_span() -> None:
-    """Undo :func:`wrap_span`."""
+    """Undo :func:`wrap_span`: ours out of ``Span``'s methods, other libraries' wrappers kept
+    (one put on after ours and not re-pointable keeps it: the C methods of a disabled processor
+    pass through)."""
     if _fastspan is not None:
         _fastspan.untrack_contexts()
-    for name in ("start", "end"):
-        method = Span.__dict__[name]
-        if hasattr(method, "__wrapped__"):
-            setattr(Span, name, method.__wrapped__)
+    while _on_span:
+        wrappers.remove(Span, *_on_span.pop())
+    wrappers.unwrap(Span, "end", end_wrapper)
 
 
 def _track_contexts(hooks) -> None:

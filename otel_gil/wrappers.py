@@ -15,17 +15,22 @@ _PROXY = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)  # wrapt 2, wrapt 
 _WRAPPERS = (wrapt.FunctionWrapper, wrapt.BoundFunctionWrapper)
 
 
-def find(owner: type, name: str, wrapper: Callable) -> tuple[Optional[object], Optional[object]]:
+def _find(owner: type, name: str, is_ours: Callable[[object], bool]) -> tuple[Optional[object], Optional[object]]:
     """(the wrapper just outside ours or None, ours) in ``owner.name``'s chain of wrappers;
     (None, None) if ours is not in it (never put there, or removed by another)."""
     outer, current = None, owner.__dict__.get(name)
     while current is not None:
-        # type(), not isinstance(): a proxy of ours would pass for ours. Bound: as the
-        # threading instrumentation's unwrap leaves ours when it took its own from outside it.
-        if issubclass(type(current), _WRAPPERS) and current._self_wrapper is wrapper:
+        if is_ours(current):
             return outer, current
         outer, current = current, getattr(current, "__wrapped__", None)
     return None, None
+
+
+def find(owner: type, name: str, wrapper: Callable) -> tuple[Optional[object], Optional[object]]:
+    """_find for our wrapt ``wrapper``."""
+    # type(), not isinstance(): a proxy of ours would pass for ours. Bound: as the threading
+    # instrumentation's unwrap leaves ours when it took its own from outside it.
+    return _find(owner, name, lambda current: issubclass(type(current), _WRAPPERS) and current._self_wrapper is wrapper)
 
 
 def wrap(owner: type, name: str, wrapper: Callable) -> None:
@@ -34,11 +39,20 @@ def wrap(owner: type, name: str, wrapper: Callable) -> None:
         wrapt.wrap_function_wrapper(owner, name, wrapper)
 
 
-def unwrap(owner: type, name: str, wrapper: Callable) -> None:
-    """Take ``wrapper`` out of ``owner.name``'s chain, leaving other libraries' wrappers as
-    they are (one that cannot be re-pointed keeps ours: ``wrapper`` must then pass through)."""
-    outer, ours = find(owner, name, wrapper)
+def _take_out(owner: type, name: str, outer: Optional[object], ours: Optional[object]) -> None:
     if outer is None and ours is not None:
         setattr(owner, name, ours.__wrapped__)
     elif issubclass(type(outer), _PROXY):
         outer.__wrapped__ = ours.__wrapped__
+
+
+def unwrap(owner: type, name: str, wrapper: Callable) -> None:
+    """Take ``wrapper`` out of ``owner.name``'s chain, leaving other libraries' wrappers as
+    they are (one that cannot be re-pointed keeps ours: ``wrapper`` must then pass through)."""
+    _take_out(owner, name, *find(owner, name, wrapper))
+
+
+def remove(owner: type, name: str, ours: object) -> None:
+    """unwrap for an object of ours that is no wrapt wrapper (``ours.__wrapped__``: what it replaced),
+    found by identity (it must then pass through where it stays)."""
+    _take_out(owner, name, *_find(owner, name, lambda current: current is ours))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import _thread
+import functools
 import logging
 import os
 import sys
@@ -12,7 +13,8 @@ from contextlib import contextmanager
 from typing import Optional
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
+import wrapt
+from opentelemetry.sdk.trace import Span, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -547,18 +549,21 @@ def test_a_shut_down_processor_adds_nothing(fast):
     assert not [k for k in span.attributes if k.startswith(("gil.", "thread."))], dict(span.attributes)
 
 
-def test_a_start_in_flight_across_a_reinstrument_keeps_its_snapshot():
-    """A thread looked Span.start up, lost the GIL, and an uninstrument() and instrument() ran
-    meanwhile (the soak saw one span in 30 minutes): the stale hook hands the call to the
-    class's current one, and the span gets its figures."""
-    from opentelemetry.sdk.trace import Span
-
+def registered_provider() -> tuple[FakeRegistration, TracerProvider, InMemorySpanExporter]:
+    """A registration whose ring has this thread's slot, and a provider (not hooked yet) with an in-memory exporter."""
     ring = make_ring()
-    reg = FakeRegistration(ring)
     my_slot(ring)
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return FakeRegistration(ring), provider, exporter
+
+
+def test_a_start_in_flight_across_a_reinstrument_keeps_its_snapshot():
+    """A thread looked Span.start up, lost the GIL, and an uninstrument() and instrument() ran
+    meanwhile (the soak saw one span in 30 minutes): the stale hook hands the call to the
+    class's current one, and the span gets its figures."""
+    reg, provider, exporter = registered_provider()
     first = processor(reg, fast=True)
     spans.hook_provider(provider, first)
     stale = Span.__dict__["start"]  # what the thread had looked up
@@ -578,6 +583,70 @@ def test_a_start_in_flight_across_a_reinstrument_keeps_its_snapshot():
         spans.unwrap_span()
     (done,) = exporter.get_finished_spans()
     assert list(done.attributes) == list(ALWAYS), dict(done.attributes)  # figures, no status
+
+
+def _wrap_theirs(kind: str, calls: list) -> None:
+    """Another library's wrappers of Span.start and Span.end: wrapt's (re-pointable), or functions
+    of functools.wraps (not: a closure keeps what each wrapped). Each call is noted in ``calls``."""
+
+    def wrapper(wrapped, instance, args, kwargs):
+        calls.append(wrapped.__name__)
+        return wrapped(*args, **kwargs)
+
+    for name in ("start", "end"):
+        if kind == "wrapt":
+            wrapt.wrap_function_wrapper(Span, name, wrapper)
+        else:
+            inner = getattr(Span, name)  # as a library writes it: original = Span.end
+
+            @functools.wraps(inner)
+            def method(self, *args, _inner=inner, _name=name, **kwargs):
+                calls.append(_name)
+                return _inner(self, *args, **kwargs)
+
+            setattr(Span, name, method)
+
+
+@pytest.mark.parametrize("theirs", ["wrapt", "function"])
+@pytest.mark.parametrize("order", ["ours-first", "theirs-first"])
+def test_uninstrument_takes_out_only_ours_beside_another_wrapper(fast, theirs, order):
+    """Span.start and Span.end wrapped by another library too, before or after us: unwrap_span
+    (uninstrument) takes out only ours, theirs still runs, and a span gets figures only while we
+    are instrumented. A wrapper that cannot be re-pointed keeps ours inside it: passing through."""
+    originals = {name: Span.__dict__[name] for name in ("start", "end")}
+    reg, provider, exporter = registered_provider()
+    calls: list = []
+    try:
+        if order == "theirs-first":
+            _wrap_theirs(theirs, calls)
+        first = processor(reg, fast=fast)
+        spans.hook_provider(provider, first)
+        if order == "ours-first":
+            _wrap_theirs(theirs, calls)
+        tracer = provider.get_tracer("test")
+        tracer.start_span("hooked").end()
+        spans.unwrap_span()  # uninstrument()
+        first.enabled = False
+        for name in ("start", "end"):
+            # ours inside their closure stays (the Python hooks wrap Span.end alone)
+            stays = theirs == "function" and order == "ours-first" and (fast or name == "end")
+            chain, current = [], Span.__dict__[name]
+            while current is not None:
+                chain.append(current)
+                current = getattr(current, "__wrapped__", None)
+            assert chain[-1] is originals[name] and len(chain) == (3 if stays else 2), (name, chain)
+        calls.clear()
+        tracer.start_span("unhooked").end()
+        assert calls == ["start", "end"]  # theirs, once each
+        spans.hook_provider(provider, processor(reg, fast=fast))  # instrument() again
+        tracer.start_span("again").end()
+        spans.unwrap_span()
+    finally:
+        for name, method in originals.items():
+            setattr(Span, name, method)
+    hooked, unhooked, again = exporter.get_finished_spans()
+    assert GIL_WAIT_MS in hooked.attributes and GIL_WAIT_MS in again.attributes
+    assert not [k for k in unhooked.attributes if k.startswith(("gil.", "thread."))], dict(unhooked.attributes)
 
 
 def test_only_the_hooked_providers_spans_get_figures(setup):

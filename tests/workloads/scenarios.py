@@ -392,10 +392,11 @@ def tasks(tracer, args) -> dict:
        counts and the pieces' truths do not: its share of the loop thread's CPU time per
        request (``framework_ns``) bounds what a request's span may count over its truth.
     1. own: three pure-Python pieces (6 ms), a PyDLL hold (3 ms), two ``gather`` children
-       with spans of their own (a 3 ms piece each) and a ``to_thread`` PyDLL hold (6 ms) (pure Python in a worker
-       thread would be forced to switch with the loop thread: its truth would rest on every
-       such wait being counted); truth = their sum (a child's: its piece). The loop thread's
-       own hold over the phase bounds their sum.
+       with spans of their own (a 3 ms piece each) and a ``to_thread`` PyDLL hold (6 ms, as the
+       worker's slot counted it: its sleep's overshoot too) (pure Python in a worker thread would
+       be forced to switch with the loop thread: its truth would rest on every such wait being
+       counted); truth = their sum (a child's: its piece). The loop thread's own hold over the
+       phase and the workers' holds bound their sum.
     2. waits: a hog thread outside any request holds the GIL through PyDLL, 3 ms at a time,
        while the requests yield with sleep(0) (the loop always has a task ready, so it waits
        out the hog's holds): truth of a request's wait = the loop thread's waits (its slot)
@@ -450,7 +451,7 @@ def tasks(tracer, args) -> dict:
             for whole in await gathered:
                 own.add(whole)
             with own:
-                working = asyncio.to_thread(own_time.pydll_hold, 2 * ms)
+                working = asyncio.to_thread(own_time.pydll_hold_counted, 2 * ms)
             worker = await working
             into["worker_ns"] += worker.ns
             with own:
