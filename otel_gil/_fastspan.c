@@ -631,6 +631,15 @@ static int count_server_span(Hooks *hooks, PyObject *span, PyObject *attributes,
 	return failed ? -1 : 0;
 }
 
+/* The replaced method called (args: its own), through its vectorcall where it has one: PyObject_Vectorcall
+ * looks the thread state up first, only to check the result (from 3.12 a call into libpython's
+ * thread-local storage). */
+static inline PyObject *call_original(SpanMethod *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+	vectorcallfunc call = PyVectorcall_Function(self->original);
+	return call ? call(self->original, args, nargsf, kwnames) : PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+}
+
 /* Whether `method` is `ours` or wraps it (its chain of __wrapped__, as far as WRAPS_DEPTH). */
 #define WRAPS_DEPTH 16
 static COLD int wraps(PyObject *method, PyObject *ours)
@@ -725,7 +734,7 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 	if (call[1] == NULL)
 		return NULL;
 	/* end(self, end_time) by position: no keyword for the callee to match */
-	PyObject *result = PyObject_Vectorcall(self->original, call, 2, NULL);
+	PyObject *result = call_original(self, call, 2, NULL);
 	Py_DECREF(call[1]);
 	return result;
 }
@@ -750,7 +759,7 @@ static PyObject *start_vectorcall(SpanMethod *self, PyObject *const *args, size_
 		}
 		Py_XDECREF(current);
 	}
-	PyObject *result = PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+	PyObject *result = call_original(self, args, nargsf, kwnames);
 	if (result == NULL || PyVectorcall_NARGS(nargsf) < 1 || !self->hooks->enabled)
 		return result;
 	PyObject *span = args[0], *f[2]; /* its processor, its Start */
