@@ -2,7 +2,8 @@
 
 Two libraries may wrap one function in either order and undo in any order (contrib's
 ``unwrap`` removes the outermost wrapper, whoever put it there): :func:`wrap` puts ours on
-once, :func:`unwrap` takes out only ours, wherever it is in the chain.
+once, :func:`unwrap` takes out only ours, wherever it is in the chain; :func:`remove` does so
+for an object of ours that is no wrapt wrapper (the C span hooks, ``_fastspan.SpanMethod``).
 """
 
 from __future__ import annotations
