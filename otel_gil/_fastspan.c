@@ -661,7 +661,7 @@ static COLD int wraps(PyObject *method, PyObject *ours)
 static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
 	if (!self->hooks->enabled) /* left under another library's wrapper by unwrap_span (or shut down) */
-		return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+		return call_original(self, args, nargsf, kwnames);
 	Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
 	if (nargs < 1) {
 		PyErr_SetString(PyExc_TypeError, "Span.end() needs the span");
@@ -677,7 +677,7 @@ static PyObject *end_vectorcall(SpanMethod *self, PyObject *const *args, size_t 
 			Py_XDECREF(f[i]);
 		clear_error();
 		if (start == NULL) /* not a span of a provider with otel-gil */
-			return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+			return call_original(self, args, nargsf, kwnames);
 		Py_DECREF(start); /* started by the Python hook */
 		return python_end(self, args, nargs, kwnames);
 	}
