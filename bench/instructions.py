@@ -27,20 +27,31 @@ environment (PATH, HOME and the Python variables), and repeat k makes k classes 
 192 * k objects before anything else (LAYOUT): the repeats' median and range are over that
 many layouts, not one layout counted again. (A layout by the environment's size alone, as
 before, moved little of this: three such layouts gave 3,884-3,994 per calm span where
-eight of these gave 2,608-3,272, median ~3,200, for the same build.)
+eight of these gave 2,608-3,272, median ~3,200, for the same build.) The paths a process
+holds move its layout too (one build's calm span with SDK cost 105,027, 106,375 and 106,932
+instructions run from three paths; its long-wait figure 9,940-10,441 as guard from two
+clones, against a 10 % slack), and so do the names in a directory on sys.path (an untracked
+file in otel_gil/, 30 per span): every process runs from one path, ALIAS, where links name
+the modules of the checkout's otel_gil this Python imports, the bench's, and the Python
+environment, and without site (-S), whose .pth files name the checkout an editable install
+came from; so a clean clone counts as the clone it was recorded in.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import shutil
+import site
 import statistics
 import subprocess
 import sys
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -152,6 +163,7 @@ LONG = "span with a long wait, blocker named"
 BUDGET = ROOT / "bench" / "instructions.json"  # the figures --check holds a change to (valgrind's, this Python)
 SLACK = 1.10  # --check: a change adding more than 10 % fails
 GUARD_LAYOUTS = 3  # --check's figure: the least of layouts 0 to 2
+ALIAS = Path("/tmp/otel-gil-instructions")  # the one path every counted process runs from (see the docstring)
 TARGETS = {"span (C hooks)": 3000, LONG: 5000, "hand-off (in-process)": 300}
 
 
@@ -174,18 +186,48 @@ def _perf_counts() -> bool:
 def instructions(prefix: list[str], code: str, n: int, on: bool, checkout: Path, *extra: str,
                  layout: int = 0) -> tuple[int, Optional[int]]:
     """The process's instructions, and how many of its spans named their blocker (LONG_WAITS; else None)."""
-    where = results.python_in(checkout)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/"), "PYTHONHASHSEED": "0",
+    environment = Path(sys.prefix)
+    packages = [ALIAS / "python" / Path(p).relative_to(environment) for p in site.getsitepackages()
+                if Path(p).is_relative_to(environment)]
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/", "PYTHONHASHSEED": "0",
            "PYTHONDONTWRITEBYTECODE": "1",  # (a run that writes .pyc files costs more than the next)
-           "PYTHONPATH": f"{where['env']['PYTHONPATH']}:{ROOT / 'bench'}", "OTEL_GIL_BENCH_LAYOUT": str(layout)}
-    done = subprocess.run([*prefix, sys.executable, "-c", code, str(n), "1" if on else "0", *extra], capture_output=True,
-                          text=True, cwd=where["cwd"], env=env, check=True)
+           "PYTHONPATH": ":".join(map(str, [ALIAS / "checkout", ALIAS / "checkout" / "bench", *packages])),
+           "OTEL_GIL_BENCH_LAYOUT": str(layout)}
+    python = Path(sys.executable)
+    if python.is_relative_to(environment):
+        python = ALIAS / "python" / python.relative_to(environment)
+    with _aliased(checkout):  # cwd: -c puts it first on sys.path, and it holds no module
+        done = subprocess.run([*prefix, str(python), "-S", "-c", code, str(n), "1" if on else "0", *extra],
+                              capture_output=True, text=True, cwd=ALIAS, env=env, check=True)
     named = [int(row.split()[1]) for row in done.stderr.splitlines() if row.startswith("named ")]
     if prefix[0] == "perf":
         (line,) = [row for row in done.stderr.splitlines() if "instructions" in row]
         return int(line.split(",")[0]), (named or [None])[0]
     (line,) = [row for row in done.stderr.splitlines() if "I   refs:" in row or "I    refs:" in row]
     return int(line.split(":")[1].replace(",", "")), (named or [None])[0]
+
+
+@contextlib.contextmanager
+def _aliased(checkout: Path) -> Iterator[None]:
+    """ALIAS, under its lock: ``checkout``'s otel_gil as this Python imports it (its modules and
+    this version's builds, linked one by one: a directory lists the same in every clone) and the
+    bench's modules in ALIAS/checkout; ALIAS/python, a link to this Python's environment."""
+    ALIAS.mkdir(exist_ok=True)
+    if ALIAS.is_symlink() or ALIAS.stat().st_uid != os.getuid():
+        raise SystemExit(f"instructions.py: {ALIAS} is not this user's directory: remove it, or run as its owner")
+    with open(ALIAS / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        staged = ALIAS / "checkout"
+        shutil.rmtree(staged, ignore_errors=True)
+        for package, suffixes in ((checkout / "otel_gil", (".py", EXTENSION_SUFFIXES[0])), (ROOT / "bench", (".py",))):
+            (staged / package.name).mkdir(parents=True)
+            for module in sorted(package.iterdir()):
+                if module.name.endswith(suffixes):
+                    (staged / package.name / module.name).symlink_to(module.resolve())
+        (ALIAS / ".python").unlink(missing_ok=True)
+        (ALIAS / ".python").symlink_to(Path(sys.prefix).resolve())
+        os.replace(ALIAS / ".python", ALIAS / "python")
+        yield
 
 
 def loop_instructions(prefix: list[str], code: str, n: int, on: bool, checkout: Path, warm: int = WARM,
