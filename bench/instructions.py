@@ -224,9 +224,8 @@ def _aliased(checkout: Path) -> Iterator[None]:
             for module in sorted(package.iterdir()):
                 if module.name.endswith(suffixes):
                     (staged / package.name / module.name).symlink_to(module.resolve())
-        (ALIAS / ".python").unlink(missing_ok=True)
-        (ALIAS / ".python").symlink_to(Path(sys.prefix).resolve())
-        os.replace(ALIAS / ".python", ALIAS / "python")
+        (ALIAS / "python").unlink(missing_ok=True)
+        (ALIAS / "python").symlink_to(Path(sys.prefix).resolve())
         yield
 
 
